@@ -1,0 +1,393 @@
+"""RecAdam: Adam with the recall penalty and objective shifting decoupled from the adaptive step.
+
+The class validates hyperparameters and keeps per-parameter state; the update itself lives in two
+functional kernels with keyword-only hyperparameters, a simple one-tensor-at-a-time loop and a
+multi-tensor one built on ``torch._foreach_*``. Tests hold the fast kernel to the simple one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from .anneal import ANNEAL_FUNCTIONS, anneal_lambda
+
+MODES = ("decoupled", "coupled")
+
+
+class RecAdam(Optimizer):
+    r"""Adam that recalls pretrained weights while it learns a new task (Chen et al., 2020).
+
+    Each parameter group may carry ``anchors``: a list of tensors aligned with its ``params`` holding
+    the pretrained weights theta*. A group without anchors (or with ``anneal_w == 0``), and any
+    ``None`` entry in ``anchors``, is updated by plain Adam with decoupled weight decay: that is how
+    the newly initialised classifier head is trained.
+
+    For a parameter theta with gradient g at its t-th update (t starts at 1)::
+
+        lambda    = anneal_lambda(anneal_fun, t, anneal_k, anneal_t0, anneal_w)
+        m         = beta1 * m + (1 - beta1) * g            # raw g: lambda does not scale the moments
+        v         = beta2 * v + (1 - beta2) * g**2
+        step_size = lr * sqrt(1 - beta2**t) / (1 - beta1**t)   if correct_bias else lr
+        denom     = sqrt(v) + eps
+        anchored:   theta -= step_size * lambda * m / denom
+                    theta -= lr * (anneal_w - lambda) * pretrain_cof * (theta - theta*)
+        head:       theta -= step_size * m / denom
+        theta -= lr * weight_decay * theta                    # decoupled weight decay, applied last
+
+    ``mode="coupled"`` is the paper's Adam-vs-RecAdam ablation (Algorithm 1, line 6): the objective's
+    gradient ``lambda * g + (anneal_w - lambda) * pretrain_cof * (theta - theta*)`` goes through
+    Adam's moments and the step is the ordinary Adam step (with anneal_w = 1 this is exactly
+    ``lambda * g + (1 - lambda) * gamma * (theta - theta*)``).
+
+    Anchors live in ``self.state[p]["anchor"]`` so they follow their parameter's device, but
+    ``state_dict()`` leaves them out: theta* is saved once per run by the trainer, and a resumed
+    optimizer is built with its anchors again before ``load_state_dict``.
+
+    Args:
+        params: parameters or parameter groups (dicts); a group may carry ``anchors``.
+        lr, betas, eps, weight_decay: as in AdamW (eps is added to sqrt(v), as in the released code).
+        correct_bias: apply Adam's bias correction.
+        anneal_fun: "sigmoid", "linear" or "constant"; anneal_k, anneal_t0, anneal_w: its parameters.
+        pretrain_cof: gamma, the strength of the quadratic recall penalty (5000 in the paper).
+        mode: "decoupled" (RecAdam) or "coupled" (the ablation).
+        anchor_dtype: dtype in which theta* is kept; default float32 (float64 for float64
+            parameters). ``torch.bfloat16`` halves the extra memory.
+        foreach: use the multi-tensor kernel (default: True).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 2e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        correct_bias: bool = True,
+        anneal_fun: str = "sigmoid",
+        anneal_k: float = 0.5,
+        anneal_t0: float = 250,
+        anneal_w: float = 1.0,
+        pretrain_cof: float = 5000.0,
+        *,
+        mode: str = "decoupled",
+        anchor_dtype: torch.dtype | None = None,
+        foreach: bool | None = None,
+    ) -> None:
+        # add_param_group runs inside Optimizer.__init__ and needs this option already.
+        self._anchor_dtype = anchor_dtype
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            correct_bias=correct_bias,
+            anneal_fun=anneal_fun,
+            anneal_k=anneal_k,
+            anneal_t0=anneal_t0,
+            anneal_w=anneal_w,
+            pretrain_cof=pretrain_cof,
+            mode=mode,
+            foreach=foreach,
+        )
+        super().__init__(params, defaults)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        param_group = dict(param_group)  # never mutate the caller's dict
+        anchors = param_group.pop("anchors", None)
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        index = len(self.param_groups) - 1
+        _validate_group(group, index)
+        if anchors is None:
+            return
+        anchors = list(anchors)
+        params = group["params"]
+        if len(anchors) != len(params):
+            raise ValueError(
+                f"param group {index}: 'anchors' has {len(anchors)} tensors but 'params' has {len(params)}"
+            )
+        if any(a is not None for a in anchors) and group["pretrain_cof"] <= 0:
+            raise ValueError(
+                f"param group {index}: pretrain_cof must be > 0 when anchors are given, got {group['pretrain_cof']}"
+            )
+        for i, (p, anchor) in enumerate(zip(params, anchors)):
+            if anchor is None:
+                continue
+            if tuple(anchor.shape) != tuple(p.shape):
+                raise ValueError(
+                    f"param group {index}, parameter {i}: anchor shape {tuple(anchor.shape)} "
+                    f"differs from parameter shape {tuple(p.shape)}"
+                )
+            dtype = self._anchor_dtype or torch.promote_types(p.dtype, torch.float32)
+            # copy=True: the caller may pass the parameter itself, which the optimizer will move.
+            self.state[p]["anchor"] = anchor.detach().to(device=p.device, dtype=dtype, copy=True)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("mode", "decoupled")
+            group.setdefault("foreach", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state without the anchors (theta* is saved once per run by the trainer)."""
+        packed = super().state_dict()
+        packed["state"] = {
+            key: {name: value for name, value in per_param.items() if name != "anchor"}
+            for key, per_param in packed["state"].items()
+        }
+        return packed
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load moments and steps; the anchors given at construction are kept."""
+        anchors = {p: s["anchor"] for p, s in self.state.items() if "anchor" in s}
+        super().load_state_dict(state_dict)
+        for p, anchor in anchors.items():
+            self.state[p]["anchor"] = anchor
+
+    def anchored(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """(parameter, anchor) pairs of every parameter that is pulled toward theta*."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                anchor = self.state.get(p, {}).get("anchor")
+                if anchor is not None:
+                    yield p, anchor
+
+    @property
+    def current_lambda(self) -> float | None:
+        """lambda(t) of the first anchored group at its latest step (None without anchors)."""
+        for group in self.param_groups:
+            anchored = [self.state[p] for p in group["params"] if "anchor" in self.state.get(p, {})]
+            if anchored:
+                t = max(state.get("step", 0) for state in anchored)
+                return anneal_lambda(
+                    group["anneal_fun"], t, group["anneal_k"], group["anneal_t0"], group["anneal_w"]
+                )
+        return None
+
+    # ---- the step ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            params: list[Tensor] = []
+            grads: list[Tensor] = []
+            exp_avgs: list[Tensor] = []
+            exp_avg_sqs: list[Tensor] = []
+            anchors: list[Tensor | None] = []
+            steps: list[int] = []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("RecAdam does not support sparse gradients")
+                state = self.state[p]
+                if "step" not in state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                anchor = state.get("anchor")
+                if anchor is not None and anchor.device != p.device:
+                    # The model moved after the optimizer was built: move theta* once, lazily.
+                    anchor = state["anchor"] = anchor.to(p.device)
+                state["step"] += 1
+                params.append(p)
+                grads.append(p.grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                anchors.append(anchor)
+                steps.append(state["step"])
+            if not params:
+                continue
+
+            foreach = group["foreach"]
+            if foreach is None:
+                foreach = not torch.jit.is_scripting()
+            kernel = _multi_tensor_recadam if foreach else _single_tensor_recadam
+            beta1, beta2 = group["betas"]
+            kernel(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                anchors,
+                steps,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                correct_bias=group["correct_bias"],
+                anneal_fun=group["anneal_fun"],
+                anneal_k=group["anneal_k"],
+                anneal_t0=group["anneal_t0"],
+                anneal_w=group["anneal_w"],
+                pretrain_cof=group["pretrain_cof"],
+                mode=group["mode"],
+            )
+        return loss
+
+
+def _validate_group(group: dict[str, Any], index: int) -> None:
+    where = f"param group {index}"
+    if group["lr"] < 0:
+        raise ValueError(f"{where}: lr must be >= 0, got {group['lr']}")
+    if group["eps"] < 0:
+        raise ValueError(f"{where}: eps must be >= 0, got {group['eps']}")
+    beta1, beta2 = group["betas"]
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+        raise ValueError(f"{where}: betas must be in [0, 1), got {group['betas']}")
+    if group["weight_decay"] < 0:
+        raise ValueError(f"{where}: weight_decay must be >= 0, got {group['weight_decay']}")
+    if group["anneal_fun"] not in ANNEAL_FUNCTIONS:
+        raise ValueError(
+            f"{where}: unknown anneal_fun {group['anneal_fun']!r}: expected one of {', '.join(ANNEAL_FUNCTIONS)}"
+        )
+    if group["anneal_fun"] == "linear" and group["anneal_t0"] <= 0:
+        raise ValueError(f"{where}: anneal_fun 'linear' needs anneal_t0 > 0, got {group['anneal_t0']}")
+    if group["anneal_w"] < 0:
+        raise ValueError(f"{where}: anneal_w must be >= 0, got {group['anneal_w']}")
+    if group["mode"] not in MODES:
+        raise ValueError(f"{where}: unknown mode {group['mode']!r}: expected one of {', '.join(MODES)}")
+
+
+def _step_size(lr: float, beta1: float, beta2: float, step: int, correct_bias: bool) -> float:
+    if not correct_bias:
+        return lr
+    return lr * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+
+
+def _single_tensor_recadam(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    anchors: list[Tensor | None],
+    steps: list[int],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    correct_bias: bool,
+    anneal_fun: str,
+    anneal_k: float,
+    anneal_t0: float,
+    anneal_w: float,
+    pretrain_cof: float,
+    mode: str,
+) -> None:
+    for p, grad, exp_avg, exp_avg_sq, anchor, step in zip(params, grads, exp_avgs, exp_avg_sqs, anchors, steps):
+        anchored = anchor is not None and anneal_w > 0
+        lam = anneal_lambda(anneal_fun, step, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
+        pull = lr * (anneal_w - lam) * pretrain_cof  # fraction of (theta - theta*) removed this step
+        if anchored and mode == "coupled":
+            grad = grad.mul(lam).add_(p - anchor.to(p.dtype), alpha=(anneal_w - lam) * pretrain_cof)
+
+        exp_avg.lerp_(grad, 1.0 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        denom = exp_avg_sq.sqrt().add_(eps)
+        step_size = _step_size(lr, beta1, beta2, step, correct_bias)
+
+        if anchored and mode == "decoupled":
+            p.addcdiv_(exp_avg, denom, value=-step_size * lam)
+            # theta - pull * (theta - theta*) == lerp(theta, theta*, pull): one pass, no temporary.
+            p.lerp_(anchor.to(p.dtype), pull)
+        else:
+            p.addcdiv_(exp_avg, denom, value=-step_size)
+        if weight_decay != 0:
+            p.mul_(1.0 - lr * weight_decay)
+
+
+def _multi_tensor_recadam(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    anchors: list[Tensor | None],
+    steps: list[int],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    correct_bias: bool,
+    anneal_fun: str,
+    anneal_k: float,
+    anneal_t0: float,
+    anneal_w: float,
+    pretrain_cof: float,
+    mode: str,
+) -> None:
+    # foreach kernels need every list on one device and dtype.
+    buckets: dict[tuple[torch.device, torch.dtype], list[int]] = defaultdict(list)
+    for i, p in enumerate(params):
+        buckets[(p.device, p.dtype)].append(i)
+
+    for indices in buckets.values():
+        b_params = [params[i] for i in indices]
+        b_grads = [grads[i] for i in indices]
+        b_exp_avgs = [exp_avgs[i] for i in indices]
+        b_exp_avg_sqs = [exp_avg_sqs[i] for i in indices]
+        b_steps = [steps[i] for i in indices]
+        b_anchored = [anchors[i] is not None and anneal_w > 0 for i in indices]
+        lams = [
+            anneal_lambda(anneal_fun, t, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
+            for t, anchored in zip(b_steps, b_anchored)
+        ]
+        anchored_pos = [j for j, anchored in enumerate(b_anchored) if anchored]
+        a_params = [b_params[j] for j in anchored_pos]
+        a_anchors = [anchors[indices[j]] for j in anchored_pos]
+        a_pulls = [lr * (anneal_w - lams[j]) * pretrain_cof for j in anchored_pos]
+
+        if mode == "coupled" and anchored_pos:
+            b_grads = list(b_grads)  # the effective gradients are new tensors; p.grad stays as it was
+            diffs = torch._foreach_sub(a_params, _as_dtype(a_anchors, a_params))
+            torch._foreach_mul_(diffs, [(anneal_w - lams[j]) * pretrain_cof for j in anchored_pos])
+            for j, diff in zip(anchored_pos, diffs):
+                b_grads[j] = torch.add(diff, b_grads[j], alpha=lams[j])
+
+        torch._foreach_lerp_(b_exp_avgs, b_grads, 1.0 - beta1)
+        torch._foreach_mul_(b_exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(b_exp_avg_sqs, b_grads, b_grads, 1.0 - beta2)
+        denom = torch._foreach_sqrt(b_exp_avg_sqs)
+        torch._foreach_add_(denom, eps)
+
+        decoupled = mode == "decoupled"
+        neg_steps = [
+            -_step_size(lr, beta1, beta2, t, correct_bias) * (lam if decoupled else 1.0)
+            for t, lam in zip(b_steps, lams)
+        ]
+        torch._foreach_addcdiv_(b_params, b_exp_avgs, denom, neg_steps)
+        del denom
+
+        if decoupled and anchored_pos:
+            if all(a.dtype == p.dtype for a, p in zip(a_anchors, a_params)):
+                torch._foreach_lerp_(a_params, a_anchors, a_pulls)
+            else:
+                # Anchors kept in a narrower dtype (bfloat16): upcast one tensor at a time so the
+                # temporary stays the size of one parameter, not of the model.
+                for p, anchor, pull in zip(a_params, a_anchors, a_pulls):
+                    p.lerp_(anchor.to(p.dtype), pull)
+
+        if weight_decay != 0:
+            torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)
+
+
+def _as_dtype(tensors: list[Tensor], like: list[Tensor]) -> list[Tensor]:
+    return [t if t.dtype == ref.dtype else t.to(ref.dtype) for t, ref in zip(tensors, like)]
