@@ -1,0 +1,508 @@
+"""Task definitions, data loading and batching.
+
+Three sources of examples feed the same :class:`Examples` container:
+
+* a local GLUE task folder in the standard GLUE TSV layout (``task.data_dir``),
+* the ``nyu-mll/glue`` dataset on the Hugging Face hub (``task.data_dir`` unset),
+* the user's own CSV / TSV / JSONL files (``task.name == "custom"``).
+
+Every problem with the user's data is reported as a :class:`DataError` whose message is a single
+line naming the file, the line and what to do about it, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class DataError(ValueError):
+    """A problem with the user's data: the message is one line naming the file, the line and the fix."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Tasks
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task looks like: which columns hold text and label, and how it is scored."""
+
+    name: str  # "cola", ..., or "custom"
+    text_fields: tuple[str, ...]  # 1 or 2 column names; a pair means sentence-pair encoding
+    label_field: str
+    label_names: tuple[str, ...] | None  # label values as written in the file, index = class id
+    num_labels: int  # 1 for regression
+    main_metric: str  # "mcc", "pearson" or "accuracy"
+    dev_splits: tuple[str, ...] = ("dev",)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.num_labels == 1
+
+
+_BINARY = ("0", "1")
+_NLI2 = ("entailment", "not_entailment")
+
+# Field names are the GLUE TSV header names. The label orders are chosen so that a class id is the
+# same whether the example came from a TSV file or from the hub (whose labels are already ids): e.g.
+# the hub's RTE ClassLabel is [entailment, not_entailment], and WNLI's is [not_entailment,
+# entailment], which is the file's 0/1.
+GLUE_TASKS: dict[str, TaskSpec] = {
+    "cola": TaskSpec("cola", ("sentence",), "label", _BINARY, 2, "mcc"),
+    "sst2": TaskSpec("sst2", ("sentence",), "label", _BINARY, 2, "accuracy"),
+    "mrpc": TaskSpec("mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, 2, "accuracy"),
+    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), "score", None, 1, "pearson"),
+    "qqp": TaskSpec("qqp", ("question1", "question2"), "is_duplicate", _BINARY, 2, "accuracy"),
+    "mnli": TaskSpec(
+        "mnli",
+        ("sentence1", "sentence2"),
+        "gold_label",
+        ("entailment", "neutral", "contradiction"),
+        3,
+        "accuracy",
+        dev_splits=("dev_matched", "dev_mismatched"),
+    ),
+    "qnli": TaskSpec("qnli", ("question", "sentence"), "label", _NLI2, 2, "accuracy"),
+    "rte": TaskSpec("rte", ("sentence1", "sentence2"), "label", _NLI2, 2, "accuracy"),
+    "wnli": TaskSpec("wnli", ("sentence1", "sentence2"), "label", _BINARY, 2, "accuracy"),
+}
+
+GLUE_FOLDERS: dict[str, str] = {
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "stsb": "STS-B",
+    "qqp": "QQP",
+    "mnli": "MNLI",
+    "qnli": "QNLI",
+    "rte": "RTE",
+    "wnli": "WNLI",
+}
+
+# CoLA's TSV has no header: source, label, original mark, sentence.
+_COLA_COLUMNS = 4
+_COLA_LABEL_COL = 1
+_COLA_TEXT_COL = 3
+
+# The hub's column names differ from the TSV headers; its labels are class ids (floats for STS-B).
+_HUB_TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "cola": ("sentence",),
+    "sst2": ("sentence",),
+    "mrpc": ("sentence1", "sentence2"),
+    "stsb": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"),
+    "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"),
+    "rte": ("sentence1", "sentence2"),
+    "wnli": ("sentence1", "sentence2"),
+}
+# QNLI, RTE and WNLI copies in circulation use either header style for their sentence pair.
+_ALT_TEXT_FIELDS: dict[str, tuple[str, str]] = {
+    "qnli": ("sentence1", "sentence2"),
+    "rte": ("question", "sentence"),
+    "wnli": ("question", "sentence"),
+}
+_HUB_SPLITS = {
+    "train": "train",
+    "dev": "validation",
+    "dev_matched": "validation_matched",
+    "dev_mismatched": "validation_mismatched",
+}
+
+
+def task_spec(task_cfg: Any) -> TaskSpec:
+    """The :class:`TaskSpec` for a task config (a GLUE name, or ``custom`` described by the config)."""
+    name = task_cfg.name
+    if name in GLUE_TASKS:
+        return GLUE_TASKS[name]
+    if name != "custom":
+        choices = ", ".join(GLUE_TASKS)
+        raise DataError(f"unknown task '{name}': set task.name to one of {choices}, or custom")
+    return _custom_spec(task_cfg)
+
+
+def _custom_spec(task_cfg: Any) -> TaskSpec:
+    text_fields = tuple(task_cfg.text_fields or ())
+    if len(text_fields) not in (1, 2):
+        raise DataError(
+            f"custom task: task.text_fields={list(text_fields)} must name 1 or 2 text columns, "
+            "e.g. task.text_fields=[sentence] or [sentence1,sentence2]"
+        )
+    if not task_cfg.label_field:
+        raise DataError("custom task: task.label_field is not set: name the column that holds the label")
+
+    num_labels = task_cfg.num_labels
+    label_names = tuple(str(n) for n in task_cfg.label_names) if task_cfg.label_names else None
+    if num_labels is None:
+        if label_names is None:
+            raise DataError(
+                "custom task: set task.num_labels (1 for regression, >= 2 for classification) "
+                "or task.label_names"
+            )
+        num_labels = len(label_names)
+    if num_labels < 1:
+        raise DataError(f"custom task: task.num_labels={num_labels}: use 1 for regression, >= 2 for classes")
+
+    if num_labels == 1:
+        if label_names is not None:
+            raise DataError(
+                "custom task: task.num_labels=1 means regression, which takes no task.label_names: "
+                "remove task.label_names or set task.num_labels to the number of classes"
+            )
+        return TaskSpec("custom", text_fields, task_cfg.label_field, None, 1, "pearson")
+
+    if label_names is None:
+        # Without names the file is expected to hold the class ids themselves.
+        label_names = tuple(str(i) for i in range(num_labels))
+    if len(label_names) != num_labels:
+        raise DataError(
+            f"custom task: task.num_labels={num_labels} but task.label_names has {len(label_names)} "
+            "names: make them agree"
+        )
+    if len(set(label_names)) != len(label_names):
+        raise DataError(f"custom task: task.label_names={list(label_names)} has duplicates")
+    return TaskSpec("custom", text_fields, task_cfg.label_field, label_names, num_labels, "accuracy")
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Examples:
+    """One split: texts (1 or 2 strings per example) and labels (class ids or regression targets)."""
+
+    texts: list[tuple[str, ...]]
+    labels: list[int] | list[float]
+    source: str  # file path or hub id, for messages
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def load_split(task_cfg: Any, split: str) -> Examples:
+    """Load ``split`` ("train", "dev", or for MNLI "dev_matched" / "dev_mismatched") of a task."""
+    spec = task_spec(task_cfg)
+    split = _normalise_split(spec, split)
+    if spec.name == "custom":
+        return _load_custom(task_cfg, spec, split)
+    if task_cfg.data_dir:
+        return _load_glue_tsv(spec, Path(task_cfg.data_dir), split)
+    return _load_glue_hub(spec, split)
+
+
+def _normalise_split(spec: TaskSpec, split: str) -> str:
+    if spec.name == "mnli" and split == "dev":
+        return "dev_matched"  # the matched set is MNLI's usual headline dev number
+    allowed = ("train", *spec.dev_splits)
+    if split not in allowed:
+        raise DataError(f"task {spec.name} has no split '{split}': use one of {', '.join(allowed)}")
+    return split
+
+
+class _Labels:
+    """Turns label values into class ids or floats, with errors that point at the offending line."""
+
+    def __init__(self, spec: TaskSpec, fix: str) -> None:
+        self.spec = spec
+        self.fix = fix  # what to tell the user when a class label is unknown
+        self.ids = {name: i for i, name in enumerate(spec.label_names or ())}
+
+    def parse(self, value: str, where: str) -> int | float:
+        value = value.strip()
+        if self.spec.is_regression:
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number):
+                raise DataError(
+                    f"{where}: label '{value}' is not a finite number: a regression task "
+                    "(num_labels=1) needs a number in the label column"
+                )
+            return number
+        if value not in self.ids:
+            raise DataError(f"{where}: label '{value}' is not one of {', '.join(self.ids)}: {self.fix}")
+        return self.ids[value]
+
+
+def _read_text(path: Path, fix_missing: str) -> str:
+    """The whole file as text; utf-8-sig so a byte-order mark (MRPC has one) does not leak into the header."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found: {fix_missing}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a file: {fix_missing}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"{path} line {line}: not valid UTF-8 text: save the file as UTF-8") from None
+
+
+def _delimited_rows(
+    path: Path, text: str, delimiter: str, quoting: int
+) -> Iterator[tuple[int, list[str]]]:
+    """Yield (1-based line number, fields) for every non-blank record of a delimited file."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    # A quoted CSV field may span lines, so a record starts on the line after the previous one ended.
+    next_line = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise DataError(f"{path} line {next_line}: malformed row ({err}): fix or remove the row") from None
+        start, next_line = next_line, reader.line_num + 1
+        if not row or row == [""]:
+            continue  # a blank line, e.g. a trailing one at the end of the file
+        yield start, row
+
+
+def _column_indices(path: Path, header: list[str], wanted: Sequence[str], fix: str) -> list[int]:
+    names = [h.strip() for h in header]
+    indices = []
+    for column in wanted:
+        if column not in names:
+            existing = ", ".join(repr(n) for n in names)
+            raise DataError(f"{path} line 1: no column '{column}' (columns: {existing}): {fix}")
+        indices.append(names.index(column))
+    return indices
+
+
+def _check_width(path: Path, line: int, row: list[str], width: int, what: str) -> None:
+    if len(row) != width:
+        raise DataError(
+            f"{path} line {line}: expected {width} {what} fields, found {len(row)}: "
+            "fix or remove the row (a stray delimiter or line break in the text?)"
+        )
+
+
+def _load_glue_tsv(spec: TaskSpec, data_dir: Path, split: str) -> Examples:
+    path = data_dir / f"{split}.tsv"
+    folder = GLUE_FOLDERS[spec.name]
+    fix = f"set task.data_dir to the GLUE {folder} folder itself, e.g. task.data_dir=data/glue/{folder}"
+    # GLUE TSVs are tab-separated with quoting off: MRPC, STS-B and RTE hold unpaired double quotes.
+    rows = _delimited_rows(path, _read_text(path, fix), "\t", csv.QUOTE_NONE)
+    labels = _Labels(spec, "fix or remove the row")
+
+    if spec.name == "cola":
+        width, text_cols, label_col = _COLA_COLUMNS, [_COLA_TEXT_COL], _COLA_LABEL_COL
+    else:
+        try:
+            _, header = next(rows)
+        except StopIteration:
+            raise DataError(f"{path}: file is empty: expected a header row and examples; {fix}") from None
+        spec_cols: Sequence[str] = spec.text_fields
+        alternative = _ALT_TEXT_FIELDS.get(spec.name)
+        names = [h.strip() for h in header]
+        if alternative and spec_cols[0] not in names and alternative[0] in names:
+            spec_cols = alternative
+        width = len(header)
+        *text_cols, label_col = _column_indices(path, header, [*spec_cols, spec.label_field], fix)
+
+    texts: list[tuple[str, ...]] = []
+    values: list = []
+    for line, row in rows:
+        _check_width(path, line, row, width, "tab-separated")
+        texts.append(tuple(row[i] for i in text_cols))
+        values.append(labels.parse(row[label_col], f"{path} line {line}"))
+    return _non_empty(Examples(texts, values, str(path)))
+
+
+def _load_glue_hub(spec: TaskSpec, split: str) -> Examples:
+    source = f"nyu-mll/glue ({spec.name}, {_HUB_SPLITS[split]})"
+    folder = GLUE_FOLDERS[spec.name]
+    try:
+        # Imported here: `datasets` is slow to import and only this path needs it.
+        import datasets
+
+        dataset = datasets.load_dataset("nyu-mll/glue", spec.name, split=_HUB_SPLITS[split])
+        columns = {name: dataset[name] for name in (*_HUB_TEXT_COLUMNS[spec.name], "label")}
+    except Exception as err:  # noqa: BLE001 - offline, missing package, hub errors: all mean "use local files"
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise DataError(
+            f"could not load GLUE {spec.name} from the Hugging Face hub ({reason}): set task.data_dir "
+            f"to a local GLUE folder, e.g. task.data_dir=data/glue/{folder}"
+        ) from None
+
+    texts = list(zip(*(columns[c] for c in _HUB_TEXT_COLUMNS[spec.name])))
+    if spec.is_regression:
+        values: list = [float(v) for v in columns["label"]]
+    else:
+        values = [int(v) for v in columns["label"]]
+        bad = [v for v in values if not 0 <= v < spec.num_labels]
+        if bad:  # the hub marks unlabelled (test) rows with -1; train/validation should have none
+            raise DataError(f"{source}: {len(bad)} rows have label {bad[0]}, outside 0..{spec.num_labels - 1}")
+    return _non_empty(Examples(texts, values, source))
+
+
+def _load_custom(task_cfg: Any, spec: TaskSpec, split: str) -> Examples:
+    key = "train_file" if split == "train" else "dev_file"
+    filename = getattr(task_cfg, key)
+    if not filename:
+        raise DataError(f"custom task: task.{key} is not set: point it at a .csv, .tsv or .jsonl file")
+    path = Path(filename)
+    fix_missing = f"check task.{key}={filename}"
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".tsv", ".jsonl"):
+        raise DataError(f"{path}: unknown file type '{suffix}': use a .csv, .tsv or .jsonl file")
+
+    text = _read_text(path, fix_missing)
+    if spec.label_names is not None and task_cfg.label_names:
+        label_fix = "fix the row, or list every label in task.label_names"
+    elif spec.label_names is not None:
+        label_fix = "fix the row, or set task.label_names to the labels your file uses"
+    else:
+        label_fix = ""
+    labels = _Labels(spec, label_fix)
+    columns = [*spec.text_fields, spec.label_field]
+    column_fix = "set task.text_fields and task.label_field to columns of the file"
+
+    if suffix == ".jsonl":
+        records = _jsonl_records(path, text, columns, column_fix)
+    else:
+        records = _table_records(path, text, suffix, columns, column_fix)
+
+    texts: list[tuple[str, ...]] = []
+    values: list = []
+    for line, fields in records:
+        texts.append(tuple(fields[:-1]))
+        values.append(labels.parse(fields[-1], f"{path} line {line}"))
+    return _non_empty(Examples(texts, values, str(path)))
+
+
+def _table_records(
+    path: Path, text: str, suffix: str, columns: list[str], fix: str
+) -> Iterator[tuple[int, list[str]]]:
+    # CSV follows the csv module's (Excel's) quoting; TSV is read like GLUE's, with quoting off, so
+    # GLUE-style text with unpaired quotes loads unchanged.
+    if suffix == ".csv":
+        rows = _delimited_rows(path, text, ",", csv.QUOTE_MINIMAL)
+        what = "comma-separated"
+    else:
+        rows = _delimited_rows(path, text, "\t", csv.QUOTE_NONE)
+        what = "tab-separated"
+    try:
+        _, header = next(rows)
+    except StopIteration:
+        raise DataError(f"{path}: file is empty: expected a header row naming the columns") from None
+    indices = _column_indices(path, header, columns, fix)
+    for line, row in rows:
+        _check_width(path, line, row, len(header), what)
+        yield line, [row[i] for i in indices]
+
+
+def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Iterator[tuple[int, list[str]]]:
+    # Split on "\n" only: str.splitlines would also break on characters such as U+2028 inside strings.
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path} line {line}: invalid JSON ({err.msg}): write one JSON object per line") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path} line {line}: expected a JSON object, found {type(record).__name__}")
+        fields = []
+        for column in columns:
+            if column not in record:
+                existing = ", ".join(repr(k) for k in record)
+                raise DataError(f"{path} line {line}: no field '{column}' (fields: {existing}): {fix}")
+            fields.append(_json_scalar(record[column], path, line, column))
+        yield line, fields
+
+
+def _json_scalar(value: Any, path: Path, line: int, column: str) -> str:
+    if value is None:
+        return ""  # null reads as an empty field, like an empty CSV cell
+    if isinstance(value, bool):
+        return str(value).lower()  # JSON spelling, so label_names ["false", "true"] match
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise DataError(f"{path} line {line}: field '{column}' is a {type(value).__name__}, expected text or a number")
+
+
+def _non_empty(examples: Examples) -> Examples:
+    if not examples.texts:
+        raise DataError(f"{examples.source}: no examples found: the split needs at least one row")
+    return examples
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenization and batching
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Features:
+    """A tokenized split, unpadded: padding happens per batch in :func:`collate`."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]] | None  # None for models without segment ids (e.g. RoBERTa)
+    labels: list[int] | list[float]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def tokenize(examples: Examples, tokenizer: Any, max_seq_length: int) -> Features:
+    """Tokenize every example in one batched call, truncating to ``max_seq_length`` tokens."""
+    first = [t[0] for t in examples.texts]
+    pairs = len(examples.texts[0]) == 2 if examples.texts else False
+    second = [t[1] for t in examples.texts] if pairs else None
+    encoded = tokenizer(
+        first,
+        second,
+        truncation="longest_first",  # for pairs: trim the longer text first, one token at a time
+        max_length=max_seq_length,
+        padding=False,
+        return_attention_mask=False,  # rebuilt per batch in collate, where padding is known
+    )
+    token_type_ids = encoded.get("token_type_ids")
+    return Features(
+        input_ids=list(encoded["input_ids"]),
+        token_type_ids=list(token_type_ids) if token_type_ids is not None else None,
+        labels=list(examples.labels),
+    )
+
+
+def collate(features: Features, indices: Sequence[int], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """One batch of ``indices``, right-padded to the longest sequence in the batch (not the split)."""
+    if len(indices) == 0:
+        raise ValueError("collate needs at least one index")
+    rows = [features.input_ids[i] for i in indices]
+    width = max(len(r) for r in rows)
+
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, ids in enumerate(rows):
+        input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[b, : len(ids)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    if features.token_type_ids is not None:
+        token_type_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, i in enumerate(indices):
+            segments = features.token_type_ids[i]
+            token_type_ids[b, : len(segments)] = torch.tensor(segments, dtype=torch.long)
+        batch["token_type_ids"] = token_type_ids
+
+    labels = [features.labels[i] for i in indices]
+    # Regression targets are floats (MSE loss); class ids are ints (cross-entropy wants long).
+    regression = isinstance(labels[0], float)
+    batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
+    return batch
