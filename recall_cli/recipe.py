@@ -1,0 +1,401 @@
+"""Recipe: a YAML file plus dotted KEY=VALUE overrides -> typed, validated, frozen configuration.
+
+Every problem is collected and reported at once (an unknown key with a did-you-mean, a value of the
+wrong type, an out-of-range value, a missing file), so that a user fixes a recipe in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot run; ``problems`` holds one line per problem."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str  # a hub id or a local folder
+    init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
+    anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str  # a GLUE task or "custom"
+    data_dir: str | None = None  # a local GLUE task folder; null = the Hugging Face hub
+    max_seq_length: int = 128
+    train_file: str | None = None  # custom tasks: .csv, .tsv or .jsonl
+    dev_file: str | None = None
+    text_fields: list[str] | None = None
+    label_field: str | None = None
+    num_labels: int | None = None  # 1 = regression
+    label_names: list[str] | None = None
+    max_train_examples: int | None = None  # first N training rows (smoke tests, quick starts)
+    max_eval_examples: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["recadam", "adamw", "adam_coupled"] = "recadam"
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    eps: float = 1e-8  # the released script's adam_epsilon
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    anneal_fun: Literal["sigmoid", "linear", "constant"] = "sigmoid"
+    anneal_k: float = 0.5
+    anneal_t0: float = 250  # optimizer steps (>= 1), or a fraction of the run's steps when < 1
+    anneal_w: float = 1.0
+    pretrain_cof: float = 5000.0  # gamma
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 32
+    eval_batch_size: int | None = None  # default: 2 x batch_size
+    grad_accum: int = 1
+    max_steps: int | None = None  # optimizer steps; or
+    epochs: float | None = None
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 42
+    log_every: int = 10
+    eval_every: int = 0  # 0: evaluate at the end only
+    save_every: int = 0  # 0: save at each evaluation and at the end
+    keep_last: int = 0  # step-numbered checkpoints kept besides last/ and best/
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: ModelConfig
+    task: TaskConfig
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    output_dir: str = "runs/run"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def anneal_t0_steps(self, total_steps: int) -> float:
+        """anneal_t0 in optimizer steps: a value below 1 is a fraction of the run."""
+        t0 = self.optimizer.anneal_t0
+        return round(t0 * total_steps) if 0 < t0 < 1 else t0
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "task": TaskConfig,
+    "optimizer": OptimizerConfig,
+    "train": TrainConfig,
+}
+REQUIRED_SECTIONS = ("model", "task")
+
+
+def all_keys() -> list[str]:
+    """Every valid dotted key, for did-you-mean suggestions and documentation."""
+    keys = ["output_dir"]
+    for section, cls in SECTIONS.items():
+        keys += [f"{section}.{f.name}" for f in fields(cls)]
+    return keys
+
+
+# ---- loading -------------------------------------------------------------------------------------
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(str(path), [f"recipe file not found: {path} (check the path)"])
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecipeError(str(path), [f"invalid YAML{where}: {problem}"]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise RecipeError(str(path), [f"a recipe is a YAML mapping of sections, got {type(raw).__name__}"])
+    return raw
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'optimizer.anneal_k=0.1' -> ('optimizer.anneal_k', 0.1); the value is a YAML scalar."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} is not KEY=VALUE (e.g. optimizer.anneal_k=0.1)")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> list[str]:
+    """Set each dotted key in ``raw`` (in place); returns problems with the overrides themselves."""
+    problems = []
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        parts = key.split(".")
+        node = raw
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                problems.append(f"override {key}: {part} is not a section")
+                break
+            node = child
+        else:
+            node[parts[-1]] = value
+    return problems
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    raw = read_yaml(path)
+    problems = apply_overrides(raw, overrides or [])
+    recipe, more = build_recipe(raw)
+    problems += more
+    if problems:
+        raise RecipeError(str(path), problems)
+    assert recipe is not None
+    return recipe
+
+
+def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe | None, list[str]]:
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for key in raw:
+        if key not in SECTIONS and key != "output_dir":
+            problems.append(_unknown(key, list(SECTIONS) + ["output_dir"]))
+    for name, cls in SECTIONS.items():
+        value = raw.get(name)
+        if value is None:
+            if name in REQUIRED_SECTIONS:
+                problems.append(f"missing section '{name}' (see recipes/quickstart.yaml for an example)")
+                continue
+            value = {}
+        if not isinstance(value, dict):
+            problems.append(f"'{name}' must be a mapping of keys, got {type(value).__name__}")
+            continue
+        sections[name] = _build_section(name, cls, value, problems)
+
+    output_dir = raw.get("output_dir", "runs/run")
+    if not isinstance(output_dir, str) or not output_dir:
+        problems.append(f"output_dir: expected a path (string), got {output_dir!r}")
+
+    if problems or any(v is None for v in sections.values()):
+        return None, problems
+    recipe = Recipe(output_dir=output_dir, **sections)
+    problems += check_recipe(recipe, check_files=check_files)
+    return (None if problems else recipe), problems
+
+
+def _unknown(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else f" (valid keys: {', '.join(valid)})"
+    return f"unknown key '{key}'{hint}"
+
+
+def _build_section(name: str, cls: type, values: dict[str, Any], problems: list[str]):
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    start = len(problems)
+    for key, value in values.items():
+        if key not in known:
+            problems.append(_unknown(f"{name}.{key}", [f"{name}.{k}" for k in known]))
+            continue
+        converted, error = _convert(value, hints[key])
+        if error:
+            problems.append(f"{name}.{key}: {error}")
+        else:
+            kwargs[key] = converted
+    for f in fields(cls):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in values:
+            problems.append(f"missing key '{name}.{f.name}'")
+    if len(problems) > start:
+        return None
+    return cls(**kwargs)
+
+
+def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
+    """Check ``value`` against a field's type; returns (value, None) or (None, error)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None, None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0])
+    if value is None:
+        return None, "must be set (null is not allowed here)"
+    if origin is Literal:
+        if value in args:
+            return value, None
+        return None, f"expected one of {', '.join(map(str, args))}, got {value!r}"
+    if origin is list:
+        if not isinstance(value, list):
+            return None, f"expected a list, got {value!r}"
+        items = []
+        for item in value:
+            converted, error = _convert(item, args[0])
+            if error:
+                return None, f"list item {item!r}: {error}"
+            items.append(converted)
+        return items, None
+    if hint is bool:
+        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, None
+        if isinstance(value, float) and value.is_integer():
+            return int(value), None
+        return None, f"expected an integer, got {value!r}"
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), None
+        if isinstance(value, str):
+            # YAML 1.1 reads 2e-5 (no dot) as a string; accept what is plainly a number.
+            try:
+                return float(value), None
+            except ValueError:
+                pass
+        return None, f"expected a number, got {value!r}"
+    if hint is str:
+        return (value, None) if isinstance(value, str) else (None, f"expected a string, got {value!r}")
+    raise TypeError(f"unsupported recipe field type {hint}")  # a bug in this module, not user input
+
+
+# ---- checks across fields ------------------------------------------------------------------------
+
+
+def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
+    problems: list[str] = []
+    m, t, o, tr = recipe.model, recipe.task, recipe.optimizer, recipe.train
+
+    def need(condition: bool, message: str) -> None:
+        if not condition:
+            problems.append(message)
+
+    need(t.name in GLUE_TASK_NAMES or t.name == "custom",
+         f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; or 'custom' with train_file/dev_file)")
+    need(t.max_seq_length >= 8, f"task.max_seq_length: must be >= 8, got {t.max_seq_length}")
+    for key in ("max_train_examples", "max_eval_examples"):
+        value = getattr(t, key)
+        need(value is None or value >= 1, f"task.{key}: must be >= 1 or null, got {value}")
+    if t.name == "custom":
+        for key in ("train_file", "dev_file", "text_fields", "label_field", "num_labels"):
+            need(getattr(t, key) is not None, f"task.{key}: required for a custom task")
+        if t.text_fields is not None:
+            need(1 <= len(t.text_fields) <= 2, f"task.text_fields: one or two columns, got {len(t.text_fields)}")
+        if t.num_labels is not None:
+            need(t.num_labels >= 1, f"task.num_labels: must be >= 1 (1 = regression), got {t.num_labels}")
+            if t.label_names is not None:
+                need(len(t.label_names) == t.num_labels,
+                     f"task.label_names: {len(t.label_names)} names for num_labels={t.num_labels}")
+        if check_files:
+            for key in ("train_file", "dev_file"):
+                path = getattr(t, key)
+                if path is not None:
+                    need(Path(path).is_file(), f"task.{key}: file not found: {path}")
+    if t.data_dir is not None and check_files:
+        need(Path(t.data_dir).is_dir(),
+             f"task.data_dir: folder not found: {t.data_dir} (a GLUE task folder with train.tsv and dev.tsv, "
+             "or null to load from the hub)")
+
+    need(o.lr > 0, f"optimizer.lr: must be > 0, got {o.lr}")
+    need(o.weight_decay >= 0, f"optimizer.weight_decay: must be >= 0, got {o.weight_decay}")
+    need(o.eps >= 0, f"optimizer.eps: must be >= 0, got {o.eps}")
+    need(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas),
+         f"optimizer.betas: two numbers in [0, 1), got {o.betas}")
+    need(o.anneal_k > 0, f"optimizer.anneal_k: must be > 0, got {o.anneal_k}")
+    need(0 <= o.anneal_w <= 1, f"optimizer.anneal_w: must be in [0, 1], got {o.anneal_w}")
+    need(o.pretrain_cof > 0, f"optimizer.pretrain_cof: must be > 0, got {o.pretrain_cof}")
+    t0 = o.anneal_t0
+    need((0 < t0 < 1) or (t0 >= 1 and float(t0).is_integer()),
+         f"optimizer.anneal_t0: a step count (integer >= 1) or a fraction of the run in (0, 1), got {t0}")
+    if o.name != "adamw":
+        # Each step with lambda near 0 multiplies theta - theta* by (1 - lr * gamma): above 1 it overshoots.
+        need(o.lr * o.pretrain_cof < 1,
+             f"optimizer.lr x optimizer.pretrain_cof = {o.lr * o.pretrain_cof:g} must be < 1, or the recall "
+             "penalty overshoots theta* (lower lr or pretrain_cof)")
+    need(not (o.name == "adamw" and m.init == "random"),
+         "model.init: random initialisation is for recadam/adam_coupled; adamw is vanilla fine-tuning from "
+         "the pretrained weights (set model.init=pretrained)")
+
+    need(tr.batch_size >= 1, f"train.batch_size: must be >= 1, got {tr.batch_size}")
+    need(tr.eval_batch_size is None or tr.eval_batch_size >= 1,
+         f"train.eval_batch_size: must be >= 1, got {tr.eval_batch_size}")
+    need(tr.grad_accum >= 1, f"train.grad_accum: must be >= 1, got {tr.grad_accum}")
+    need((tr.max_steps is None) != (tr.epochs is None),
+         "train.max_steps / train.epochs: set exactly one of them")
+    need(tr.max_steps is None or tr.max_steps >= 1, f"train.max_steps: must be >= 1, got {tr.max_steps}")
+    need(tr.epochs is None or tr.epochs > 0, f"train.epochs: must be > 0, got {tr.epochs}")
+    for key in ("warmup_steps", "log_every", "eval_every", "save_every", "keep_last"):
+        need(getattr(tr, key) >= 0, f"train.{key}: must be >= 0, got {getattr(tr, key)}")
+    need(tr.log_every >= 1, f"train.log_every: must be >= 1, got {tr.log_every}")
+    need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
+    return problems
+
+
+def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:
+    """Warnings (not errors) about an annealing schedule that does not fit the run's length."""
+    o = recipe.optimizer
+    if o.name == "adamw" or o.anneal_fun != "sigmoid":
+        return []
+    warnings = []
+    t0 = recipe.anneal_t0_steps(total_steps)
+    if t0 + 4 / o.anneal_k > total_steps / 2:
+        warnings.append(
+            f"the recall phase is long for this run: lambda(t) reaches 0.98 only at step {t0 + 4 / o.anneal_k:.0f} "
+            f"(t0 + 4/k), past half of the {total_steps} steps; the paper's t0 assumes 7,800-61,360 steps "
+            "(try a smaller optimizer.anneal_t0, e.g. a fraction such as 0.1, or a larger anneal_k)"
+        )
+    if recipe.model.init == "random":
+        # Steps before lambda reaches 0.1: t0 - ln(9)/k. Each shrinks theta - theta* by ~(1 - lr*gamma).
+        recall_steps = max(0.0, t0 - math.log(9) / o.anneal_k)
+        shrink = o.lr * o.pretrain_cof
+        needed = math.log(0.01) / math.log(1 - shrink) if 0 < shrink < 1 else math.inf
+        if recall_steps < needed:
+            warnings.append(
+                f"with random initialisation only {recall_steps:.0f} steps come before lambda reaches 0.1, but "
+                f"{needed:.0f} are needed to pull the random weights to 1% of their distance from theta* at "
+                f"lr={o.lr:g} and pretrain_cof={o.pretrain_cof:g}: the model will stay partly random "
+                "(raise optimizer.anneal_t0 or use model.init=pretrained)"
+            )
+    return warnings
+
+
+def recipe_from_dict(raw: dict[str, Any], source: str, check_files: bool = True) -> Recipe:
+    recipe, problems = build_recipe(raw, check_files=check_files)
+    if problems:
+        raise RecipeError(source, problems)
+    assert recipe is not None
+    return recipe
+
+
+def dump_recipe(recipe: Recipe, path: Path) -> None:
+    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
