@@ -1,0 +1,229 @@
+"""The run directory on disk: theta* once per run, atomic checkpoints, and everything exact resume needs.
+
+    OUTPUT_DIR/config.yaml        the resolved recipe
+    OUTPUT_DIR/metrics.jsonl      one JSON record per line (train and eval)
+    OUTPUT_DIR/summary.json       written at the end of the run
+    OUTPUT_DIR/anchor.safetensors theta*, by parameter name
+    OUTPUT_DIR/last/, best/       save_pretrained folders (+ training state in last/)
+
+A checkpoint is written to a temporary folder and renamed into place, so killing the process at
+any moment leaves either the previous complete checkpoint or the new one, never a broken one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+ANCHOR_FILE = "anchor.safetensors"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng_state.pt"
+
+
+class RunDirError(RuntimeError):
+    """The output directory cannot be used as asked; the message says what to do."""
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / METRICS_FILE).exists()
+
+
+def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber an existing directory unless asked; never delete something that is not a run."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            raise RunDirError(
+                f"output_dir {run_dir} already exists: continue it with --resume {run_dir}, "
+                "replace it with --overwrite, or choose another output_dir"
+            )
+        if not is_run_dir(run_dir):
+            raise RunDirError(
+                f"output_dir {run_dir} exists and is not a recall run directory: --overwrite only replaces runs; "
+                "choose another output_dir"
+            )
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---- theta* --------------------------------------------------------------------------------------
+
+
+def save_anchors(run_dir: Path, anchors: dict[str, torch.Tensor]) -> None:
+    tmp = run_dir / f".{ANCHOR_FILE}.tmp"
+    save_file({name: t.detach().contiguous().cpu() for name, t in anchors.items()}, str(tmp))
+    os.replace(tmp, run_dir / ANCHOR_FILE)
+
+
+def load_anchors(run_dir: Path) -> dict[str, torch.Tensor]:
+    path = run_dir / ANCHOR_FILE
+    if not path.is_file():
+        raise RunDirError(f"{path} is missing: this run cannot be resumed (start it again with --overwrite)")
+    return load_file(str(path))
+
+
+# ---- atomic folders ------------------------------------------------------------------------------
+
+
+def _old(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".old")
+
+
+def new_staging_dir(run_dir: Path, name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=run_dir))
+
+
+def swap_into_place(staging: Path, dest: Path) -> None:
+    """Replace ``dest`` by ``staging`` with renames only. Between the two renames only ``dest.old``
+    exists; ``find_checkpoint`` falls back to it."""
+    old = _old(dest)
+    if old.exists():
+        shutil.rmtree(old)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(staging, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
+    for candidate in (run_dir / name, _old(run_dir / name)):
+        if (candidate / TRAINER_STATE_FILE).is_file() or (name != "last" and (candidate / "config.json").is_file()):
+            return candidate
+    return None
+
+
+def remove_stale_staging(run_dir: Path) -> None:
+    for path in run_dir.glob(".*.tmp-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- training state ------------------------------------------------------------------------------
+
+
+def capture_rng() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].copy()), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy(), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    name: str,
+    model: torch.nn.Module,
+    tokenizer,
+    trainer_state: dict[str, Any] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+) -> Path:
+    """A save_pretrained folder that `from_pretrained` opens as it is; with the training state when given."""
+    staging = new_staging_dir(run_dir, name)
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    if trainer_state is not None:
+        torch.save(
+            {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},
+            staging / OPTIMIZER_FILE,
+        )
+        torch.save(capture_rng(), staging / RNG_FILE)
+        # Written last: its presence marks a complete checkpoint.
+        (staging / TRAINER_STATE_FILE).write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
+    dest = run_dir / name
+    swap_into_place(staging, dest)
+    return dest
+
+
+def load_training_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(trainer_state, optimizer+scaler state, rng state); tensors only, never arbitrary pickles."""
+    trainer_state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    optim_state = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    rng_state = torch.load(folder / RNG_FILE, map_location="cpu", weights_only=True)
+    return trainer_state, optim_state, rng_state
+
+
+def rotate_step_checkpoints(run_dir: Path, step: int, keep: int, source: Path) -> None:
+    """Keep copies of the last ``keep`` checkpoints as checkpoints/step-N (for looking back, not resume)."""
+    if keep <= 0:
+        return
+    folder = run_dir / "checkpoints"
+    folder.mkdir(exist_ok=True)
+    staging = new_staging_dir(folder, f"step-{step}")
+    shutil.rmtree(staging)
+    shutil.copytree(source, staging)
+    os.replace(staging, folder / f"step-{step}")
+    done = sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    for path in done[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- metrics.jsonl -------------------------------------------------------------------------------
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by a kill: everything after it is not trustworthy
+    return records
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """On resume, drop records written after the checkpoint: the resumed run writes them again."""
+    records = [r for r in read_metrics(run_dir) if r["step"] <= last_step]
+    path = run_dir / METRICS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class MetricsWriter:
+    """Appends one JSON record per line, flushed, so that other commands can read a live run."""
+
+    def __init__(self, run_dir: Path):
+        self._file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,132 @@
+"""Scoring a model on a task's dev split(s): shared by the training loop and `recall evaluate`."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .data import Features, TaskSpec, collate
+from .metrics import compute_metrics
+
+
+@torch.no_grad()
+def predict(
+    model: torch.nn.Module,
+    features: Features,
+    batch_size: int,
+    device: torch.device,
+    pad_token_id: int,
+    autocast: AbstractContextManager | None = None,
+) -> np.ndarray:
+    """Raw outputs (logits, or scores for regression) in the order of ``features``, as float32."""
+    was_training = model.training
+    model.eval()
+    # Batches of similar length waste little on padding; the order is undone below.
+    order = sorted(range(len(features)), key=lambda i: len(features.input_ids[i]))
+    outputs: list[np.ndarray] = []
+    try:
+        for start in range(0, len(order), batch_size):
+            batch = collate(features, order[start : start + batch_size], pad_token_id)
+            batch.pop("labels")
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast or nullcontext():
+                logits = model(**batch).logits
+            outputs.append(logits.float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    stacked = np.concatenate(outputs) if outputs else np.zeros((0, 1), dtype=np.float32)
+    result = np.empty_like(stacked)
+    result[np.asarray(order, dtype=np.int64)] = stacked
+    return result
+
+
+def score(
+    model: torch.nn.Module,
+    task: TaskSpec,
+    dev: dict[str, Features],
+    batch_size: int,
+    device: torch.device,
+    pad_token_id: int,
+    autocast: AbstractContextManager | None = None,
+) -> dict[str, float]:
+    """The task's metrics by name plus "main". A second dev split (MNLI mismatched) adds its
+    metrics with the split's suffix, e.g. accuracy_mismatched."""
+    metrics: dict[str, float] = {}
+    for i, (split, features) in enumerate(dev.items()):
+        predictions = predict(model, features, batch_size, device, pad_token_id, autocast)
+        values = compute_metrics(task, predictions, np.asarray(features.labels))
+        if i == 0:
+            metrics.update(values)
+        else:
+            suffix = split.rsplit("_", 1)[-1]
+            metrics.update({f"{name}_{suffix}": value for name, value in values.items() if name != "main"})
+    return metrics
+
+
+def evaluate_checkpoint(
+    path: Path,
+    *,
+    task: str | None = None,
+    data_dir: Path | None = None,
+    split: str | None = None,
+    batch_size: int | None = None,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """Score a run directory's best/ (else last/) checkpoint, or a checkpoint folder, with the run's
+    tokenization and eval batch size, so that the numbers agree with the ones the run recorded."""
+    from . import checkpoint, data
+    from .model import load_checkpoint_model, load_tokenizer
+    from .recipe import TaskConfig, read_yaml, recipe_from_dict
+    from .train import autocast_for, resolve_device, resolve_precision
+
+    path = Path(path)
+    if not path.exists():
+        raise data.DataError(f"{path}: no such run directory or checkpoint folder (check the path)")
+    folder, run_dir = path, None
+    if (path / checkpoint.CONFIG_FILE).is_file():
+        run_dir = path
+        folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
+        if folder is None:
+            raise data.DataError(f"{path}: the run has no best/ or last/ checkpoint yet")
+    elif (path.parent / checkpoint.CONFIG_FILE).is_file():
+        run_dir = path.parent
+    if not (folder / "config.json").is_file():
+        raise data.DataError(f"{folder}: not a checkpoint folder (no config.json)")
+
+    recipe = None
+    if run_dir is not None:
+        config = run_dir / checkpoint.CONFIG_FILE
+        recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False)
+    if recipe is None and task is None:
+        raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
+    task_cfg = recipe.task if recipe else TaskConfig(name=task)
+    if task is not None and task != task_cfg.name:
+        task_cfg = TaskConfig(name=task)
+    if data_dir is not None:
+        task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
+
+    spec = data.task_spec(task_cfg)
+    splits = [split] if split else list(spec.dev_splits)
+    tokenizer = load_tokenizer(str(folder))
+    model = load_checkpoint_model(folder)
+    dev = {}
+    for name in splits:
+        examples = data.load_split(task_cfg, name)
+        if task_cfg.max_eval_examples is not None:
+            examples = data.Examples(examples.texts[: task_cfg.max_eval_examples], examples.labels[: task_cfg.max_eval_examples], examples.source)
+        dev[name] = data.tokenize(examples, tokenizer, task_cfg.max_seq_length)
+
+    dev_device = resolve_device(device)
+    precision = resolve_precision(recipe.train.precision if recipe else "auto", dev_device)
+    if batch_size is None:
+        batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
+    model.to(dev_device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    metrics = score(model, spec, dev, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
+    return {"checkpoint": str(folder), "task": spec.name, "splits": splits, "examples": {k: len(v) for k, v in dev.items()},
+            "metrics": metrics}
