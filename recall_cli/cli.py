@@ -1,0 +1,218 @@
+"""The `recall` command line. Thin: parse arguments, call the library, turn known errors into one line.
+
+Exit codes: 0 success; 1 unexpected failure; 2 bad usage, recipe, data, model or run directory;
+3 training diverged (NaN/inf loss); 130 interrupted (Ctrl-C). Set RECALL_DEBUG=1 for tracebacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
+    "3 training diverged (NaN/inf loss); 130 interrupted. RECALL_DEBUG=1 shows tracebacks."
+)
+
+app = typer.Typer(
+    name="recall",
+    help="Fine-tune pretrained language models with less forgetting (RecAdam, Chen et al. 2020).\n\n" + EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"recall {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Fine-tune pretrained language models with less forgetting."""
+
+
+def _fail(message: str, code: int) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _known_errors():
+    """(exception type, exit code) pairs, most specific first; imported lazily to keep --help fast."""
+    from .checkpoint import RunDirError
+    from .data import DataError
+    from .model import ModelLoadError
+    from .recipe import RecipeError
+    from .train import TrainingDiverged
+
+    return [
+        (RecipeError, EXIT_USAGE),
+        (DataError, EXIT_USAGE),
+        (ModelLoadError, EXIT_USAGE),
+        (RunDirError, EXIT_USAGE),
+        (TrainingDiverged, EXIT_DIVERGED),
+    ]
+
+
+def run_guarded(fn) -> None:
+    """Call ``fn``; map known errors to one line and an exit code, unknown ones to exit 1."""
+    debug = bool(os.environ.get("RECALL_DEBUG"))
+    try:
+        fn()
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        typer.echo("interrupted: continue with `recall finetune --resume OUTPUT_DIR`", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary
+        if debug:
+            raise
+        from .recipe import RecipeError
+
+        if isinstance(exc, RecipeError):
+            count = len(exc.problems)
+            lines = [f"error: {exc.source}: {count} problem{'s' if count > 1 else ''} in the recipe:"]
+            lines += [f"  - {p}" for p in exc.problems]
+            typer.echo("\n".join(lines), err=True)
+            raise typer.Exit(EXIT_USAGE)
+        for kind, code in _known_errors():
+            if isinstance(exc, kind):
+                _fail(str(exc), code)
+        _fail(f"{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
+
+
+# ---- finetune ------------------------------------------------------------------------------------
+
+RecipeArg = Annotated[Optional[Path], typer.Argument(help="Recipe YAML file (omit with --resume).", show_default=False)]
+OverridesArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Dotted KEY=VALUE overrides, e.g. optimizer.anneal_k=0.1 train.seed=3.", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def finetune(
+    recipe: RecipeArg = None,
+    overrides: OverridesArg = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this output directory from last/.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing run in output_dir.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, print the resolved recipe and lambda(t) plan, exit.")] = False,
+    plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain log lines or a live progress bar (default: rich on a TTY).", show_default=False)] = None,
+) -> None:
+    """Fine-tune a model as a recipe says, writing a run directory (see README: the run directory)."""
+
+    def go() -> None:
+        from .recipe import RecipeError, load_recipe, recipe_from_dict, read_yaml
+
+        if resume is not None:
+            if recipe is not None or overrides:
+                _fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", EXIT_USAGE)
+            config = resume / "config.yaml"
+            if not config.is_file():
+                _fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
+            loaded = recipe_from_dict(read_yaml(config), str(config))
+            if Path(loaded.output_dir).resolve() != resume.resolve():
+                # The run directory was moved or copied: it is where the user says it is now.
+                loaded = dataclasses.replace(loaded, output_dir=str(resume))
+        elif recipe is None:
+            _fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", EXIT_USAGE)
+            return
+        else:
+            loaded = load_recipe(recipe, list(overrides or []))
+        del RecipeError
+        if dry_run:
+            _print_dry_run(loaded)
+            return
+        from .console import make_reporter
+        from .train import finetune as run
+
+        reporter = make_reporter(plain)
+        try:
+            run(loaded, resume=resume is not None, overwrite=overwrite, reporter=reporter)
+        finally:
+            reporter.close()
+
+    run_guarded(go)
+
+
+def _print_dry_run(recipe) -> None:
+    from .optim import anneal_lambda
+    from .recipe import schedule_warnings
+
+    typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
+    tc, oc = recipe.train, recipe.optimizer
+    if tc.max_steps is not None:
+        total = tc.max_steps
+    else:
+        from . import data
+        from .train import plan_total_steps
+
+        n = len(data.load_split(recipe.task, "train").labels)
+        if recipe.task.max_train_examples:
+            n = min(n, recipe.task.max_train_examples)
+        total = plan_total_steps(recipe, n)
+    t0 = recipe.anneal_t0_steps(total)
+    typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
+    if oc.name != "adamw":
+        points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
+                         min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
+        typer.echo("# lambda(t): " + ", ".join(
+            f"t={t}: {anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w):.3f}" for t in points))
+    for message in schedule_warnings(recipe, total):
+        typer.echo(f"warning: {message}", err=True)
+
+
+# ---- evaluate ------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def evaluate(
+    path: Annotated[Path, typer.Argument(help="A run directory (its best/ checkpoint is scored) or a checkpoint folder.")],
+    task: Annotated[Optional[str], typer.Option(help="Task name (default: the run's).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Local GLUE task folder (default: the run's).")] = None,
+    split: Annotated[Optional[str], typer.Option(help="Split to score: dev (default), or dev_matched/dev_mismatched for MNLI.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Eval batch size (default: the run's).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Score a checkpoint on a task's dev split and print its metrics."""
+
+    def go() -> None:
+        from .evaluate import evaluate_checkpoint
+
+        result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        from rich.table import Table
+
+        from .console import out_console
+
+        table = Table(title=f"{result['task']} — {result['checkpoint']}")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value in result["metrics"].items():
+            table.add_row(name, f"{value:.4f}")
+        out_console.print(table)
+
+    run_guarded(go)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,113 @@
+"""How the training loop talks to a person (rich progress on a TTY) or to a log file (one line per record)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .train import Reporter
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+_TRAIN_FIELDS = ("loss", "lr", "lambda", "distance", "grad_norm", "samples_per_s")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_record(record: dict[str, Any]) -> str:
+    fields = [f"step={record['step']}", f"split={record['split']}"]
+    fields += [f"{k}={_fmt(v)}" for k, v in record.items() if k not in ("step", "split")]
+    return " ".join(fields)
+
+
+class PlainReporter(Reporter):
+    """For pipes, CI and cluster logs: no redraws, one flushed line per record."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stdout
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def start(self, total_steps, start_step, info):
+        where = f"resuming at step {start_step}" if start_step else "starting"
+        self._line(f"recall: {where}, {total_steps} steps, " + " ".join(f"{k}={v}" for k, v in info.items()))
+
+    def warn(self, message):
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    def train(self, record):
+        self._line(format_record(record))
+
+    def eval(self, record):
+        self._line(format_record(record))
+
+    def finish(self, summary):
+        best = summary.get("best") or {}
+        self._line(
+            f"recall: done, {summary['steps']} steps in {summary['train_seconds']:.1f}s "
+            f"({summary['samples_per_s']:.1f} samples/s); best main={_fmt(best.get('main'))} at step {best.get('step')}; "
+            f"final distance={summary['final_distance']:.4g}"
+        )
+
+
+class RichReporter(Reporter):
+    """A live progress bar with the latest train numbers; eval results printed above it."""
+
+    def __init__(self):
+        self.progress = Progress(
+            TextColumn("[bold]finetune"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=out_console,
+        )
+        self.task_id = None
+
+    def start(self, total_steps, start_step, info):
+        where = f"resuming at step {start_step}" if start_step else "starting"
+        out_console.print(f"[bold]recall[/]: {where} — " + ", ".join(f"{k}={v}" for k, v in info.items()))
+        self.progress.start()
+        self.task_id = self.progress.add_task("finetune", total=total_steps, completed=start_step, status="")
+
+    def warn(self, message):
+        err_console.print(f"[yellow]warning:[/] {message}")
+
+    def train(self, record):
+        status = " ".join(f"{k}={_fmt(record[k])}" for k in _TRAIN_FIELDS if k in record)
+        self.progress.update(self.task_id, status=status)
+
+    def eval(self, record):
+        metrics = " ".join(f"{k}={_fmt(v)}" for k, v in record.items() if k not in ("step", "split"))
+        self.progress.console.print(f"[cyan]eval[/] step {record['step']}: {metrics}")
+
+    def step(self, step):
+        self.progress.update(self.task_id, completed=step)
+
+    def finish(self, summary):
+        self.progress.stop()
+        best = summary.get("best") or {}
+        out_console.print(
+            f"[bold green]done[/]: {summary['steps']} steps in {summary['train_seconds']:.1f}s "
+            f"({summary['samples_per_s']:.1f} samples/s); best main={_fmt(best.get('main'))} at step "
+            f"{best.get('step')}; final distance={summary['final_distance']:.4g}"
+        )
+
+    def close(self):
+        self.progress.stop()
+
+
+def make_reporter(plain: bool | None = None) -> Reporter:
+    if plain is None:
+        plain = not sys.stdout.isatty()
+    return PlainReporter() if plain else RichReporter()
