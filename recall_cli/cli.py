@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,13 +16,7 @@ import typer
 import yaml
 
 from . import __version__
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
-    "3 training diverged (NaN/inf loss); 130 interrupted. RECALL_DEBUG=1 shows tracebacks."
-)
+from .cli_common import EXIT_CODES_HELP, EXIT_USAGE, JsonOpt, fail, run_guarded
 
 app = typer.Typer(
     name="recall",
@@ -47,55 +40,6 @@ def main(
     """Fine-tune pretrained language models with less forgetting."""
 
 
-def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _known_errors():
-    """(exception type, exit code) pairs, most specific first; imported lazily to keep --help fast."""
-    from .checkpoint import RunDirError
-    from .data import DataError
-    from .model import ModelLoadError
-    from .recipe import RecipeError
-    from .train import TrainingDiverged
-
-    return [
-        (RecipeError, EXIT_USAGE),
-        (DataError, EXIT_USAGE),
-        (ModelLoadError, EXIT_USAGE),
-        (RunDirError, EXIT_USAGE),
-        (TrainingDiverged, EXIT_DIVERGED),
-    ]
-
-
-def run_guarded(fn) -> None:
-    """Call ``fn``; map known errors to one line and an exit code, unknown ones to exit 1."""
-    debug = bool(os.environ.get("RECALL_DEBUG"))
-    try:
-        fn()
-    except typer.Exit:
-        raise
-    except KeyboardInterrupt:
-        typer.echo("interrupted: continue with `recall finetune --resume OUTPUT_DIR`", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    except Exception as exc:  # noqa: BLE001 - the CLI boundary
-        if debug:
-            raise
-        from .recipe import RecipeError
-
-        if isinstance(exc, RecipeError):
-            count = len(exc.problems)
-            lines = [f"error: {exc.source}: {count} problem{'s' if count > 1 else ''} in the recipe:"]
-            lines += [f"  - {p}" for p in exc.problems]
-            typer.echo("\n".join(lines), err=True)
-            raise typer.Exit(EXIT_USAGE)
-        for kind, code in _known_errors():
-            if isinstance(exc, kind):
-                _fail(str(exc), code)
-        _fail(f"{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
-
-
 # ---- finetune ------------------------------------------------------------------------------------
 
 RecipeArg = Annotated[Optional[Path], typer.Argument(help="Recipe YAML file (omit with --resume).", show_default=False)]
@@ -103,7 +47,6 @@ OverridesArg = Annotated[
     Optional[list[str]],
     typer.Argument(help="Dotted KEY=VALUE overrides, e.g. optimizer.anneal_k=0.1 train.seed=3.", show_default=False),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -122,16 +65,16 @@ def finetune(
 
         if resume is not None:
             if recipe is not None or overrides:
-                _fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", EXIT_USAGE)
+                fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", EXIT_USAGE)
             config = resume / "config.yaml"
             if not config.is_file():
-                _fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
+                fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
             loaded = recipe_from_dict(read_yaml(config), str(config))
             if Path(loaded.output_dir).resolve() != resume.resolve():
                 # The run directory was moved or copied: it is where the user says it is now.
                 loaded = dataclasses.replace(loaded, output_dir=str(resume))
         elif recipe is None:
-            _fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", EXIT_USAGE)
+            fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", EXIT_USAGE)
             return
         else:
             loaded = load_recipe(recipe, list(overrides or []))
@@ -212,6 +155,11 @@ def evaluate(
         out_console.print(table)
 
     run_guarded(go)
+
+
+# ---- sweep / forgetting / compare ------------------------------------------------------------------
+
+# (registered by recall_cli/cli_runs.py: `from .cli_runs import register`; `register(app)`)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,71 @@
+"""What every `recall` command shares: exit codes, the one-line error boundary, common options.
+
+Command groups live in their own modules (cli.py: finetune/evaluate; cli_runs.py: sweep/forgetting/
+compare) and all report errors through ``run_guarded`` so that every command fails the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
+    "3 training diverged (NaN/inf loss); 130 interrupted. RECALL_DEBUG=1 shows tracebacks."
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+
+def fail(message: str, code: int) -> None:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _known_errors():
+    """(exception type, exit code) pairs, most specific first; imported lazily to keep --help fast."""
+    from .checkpoint import RunDirError
+    from .data import DataError
+    from .model import ModelLoadError
+    from .recipe import RecipeError
+    from .train import TrainingDiverged
+
+    return [
+        (RecipeError, EXIT_USAGE),
+        (DataError, EXIT_USAGE),
+        (ModelLoadError, EXIT_USAGE),
+        (RunDirError, EXIT_USAGE),
+        (TrainingDiverged, EXIT_DIVERGED),
+    ]
+
+
+def run_guarded(fn) -> None:
+    """Call ``fn``; map known errors to one line and an exit code, unknown ones to exit 1."""
+    debug = bool(os.environ.get("RECALL_DEBUG"))
+    try:
+        fn()
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        typer.echo("interrupted: continue with `recall finetune --resume OUTPUT_DIR`", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary
+        if debug:
+            raise
+        from .recipe import RecipeError
+
+        if isinstance(exc, RecipeError):
+            count = len(exc.problems)
+            lines = [f"error: {exc.source}: {count} problem{'s' if count > 1 else ''} in the recipe:"]
+            lines += [f"  - {p}" for p in exc.problems]
+            typer.echo("\n".join(lines), err=True)
+            raise typer.Exit(EXIT_USAGE)
+        for kind, code in _known_errors():
+            if isinstance(exc, kind):
+                fail(str(exc), code)
+        fail(f"{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
