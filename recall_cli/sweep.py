@@ -1,0 +1,482 @@
+"""Sweeps: a grid of recipe overrides x seeds, each cell one `recall finetune` run in its own process.
+
+    OUT/sweep.json        the index: every cell, its settings, state and exit code (written by the parent only)
+    OUT/<cell>/           the cell's run directory, e.g. OUT/k0.1_t0250_random_s3
+    OUT/logs/<cell>.log   the cell's finetune output (appended to on resume)
+
+Every cell's recipe is validated before anything is created, so a typo fails the sweep at once and
+not after hours of compute. A cell runs as a child process (``python -m recall_cli finetune``) so a
+crash, a divergence or an out-of-memory kill fails that cell only. Re-running the same command skips
+finished cells and resumes interrupted ones from their last/ checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .recipe import RecipeError, apply_overrides, load_recipe, parse_override, read_yaml
+
+INDEX_FILE = "sweep.json"
+LOG_DIR = "logs"
+
+# Short names for the keys people sweep; the paper's grid is anneal_k x anneal_t0 x init x 5 seeds.
+KEY_ALIASES = {
+    "optimizer.anneal_k": "k",
+    "optimizer.anneal_t0": "t0",
+    "optimizer.anneal_w": "w",
+    "optimizer.lr": "lr",
+    "optimizer.pretrain_cof": "cof",
+    "optimizer.weight_decay": "wd",
+    "train.seed": "s",
+    "train.max_steps": "steps",
+    "train.epochs": "ep",
+    "train.batch_size": "bs",
+    "train.warmup_steps": "warmup",
+    "task.max_train_examples": "n",
+}
+# Keys whose values read well on their own: "random", "adamw", "mrpc", "sigmoid".
+VALUE_ONLY_KEYS = {"model.init", "optimizer.name", "task.name", "optimizer.anneal_fun"}
+
+PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start as asked; the message is one line saying what to change."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str
+    values: tuple[str, ...]  # as the user wrote them: they go into overrides and cell names verbatim
+
+
+@dataclass
+class Cell:
+    name: str
+    settings: dict[str, str]  # dotted key -> value text, grid order, seed last
+    path: Path
+    state: str = PENDING
+    resume: bool = False  # an interrupted run directory exists: continue it
+    exit_code: int | None = None
+    seconds: float | None = None
+    main: float | None = None
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"{key}={value}" for key, value in self.settings.items()]
+
+
+@dataclass
+class Sweep:
+    recipe: Path
+    overrides: list[str]
+    axes: list[Axis]
+    seeds: list[int] | None
+    out: Path
+    cells: list[Cell] = field(default_factory=list)
+
+    def command(self, cell: Cell, program: list[str]) -> list[str]:
+        """The finetune command line for ``cell``; ``program`` is e.g. [python, -m, recall_cli] or [recall]."""
+        if cell.resume:
+            return [*program, "finetune", "--resume", str(cell.path), "--plain"]
+        return [*program, "finetune", str(self.recipe), *self.overrides, *cell.overrides,
+                f"output_dir={cell.path}", "--plain"]
+
+
+# ---- parsing -------------------------------------------------------------------------------------
+
+
+def split_values(text: str) -> list[str]:
+    """'0.05,0.1' -> ['0.05', '0.1']; commas inside [...], {...} or quotes stay (betas=[0.9,0.98],[0.9,0.999])."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return items
+
+
+def parse_grid(texts: list[str], seeds: list[int] | None) -> list[Axis]:
+    axes: list[Axis] = []
+    problems: list[str] = []
+    for text in texts:
+        key, sep, rest = text.partition("=")
+        key = key.strip()
+        if not sep or not key or not rest.strip():
+            problems.append(f"--grid {text!r} is not KEY=V1,V2,... (e.g. --grid optimizer.anneal_k=0.05,0.1)")
+            continue
+        if key == "output_dir":
+            problems.append("--grid output_dir: the sweep names each cell's directory; choose the parent with --out")
+            continue
+        if key == "train.seed" and seeds is not None:
+            problems.append("give seeds either with --seeds or with --grid train.seed, not both")
+            continue
+        if any(axis.key == key for axis in axes):
+            problems.append(f"--grid {key} is given twice: list all its values in one --grid {key}=V1,V2")
+            continue
+        values = split_values(rest)
+        if any(not v for v in values):
+            problems.append(f"--grid {text!r} has an empty value (two commas in a row, or a trailing comma)")
+            continue
+        parsed = [json.dumps(parse_override(f"{key}={v}")[1], sort_keys=True, default=str) for v in values]
+        if len(set(parsed)) != len(parsed):
+            problems.append(f"--grid {key} lists the same value twice: {rest}")
+            continue
+        axes.append(Axis(key, tuple(values)))
+    if problems:
+        raise SweepError("; ".join(problems))
+    return axes
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(v) for v in split_values(text)]
+    except ValueError:
+        raise SweepError(f"--seeds {text!r}: expected integers separated by commas, e.g. --seeds 1,2,3,4,5") from None
+    if len(set(seeds)) != len(seeds):
+        raise SweepError(f"--seeds {text!r} lists a seed twice")
+    return seeds
+
+
+# ---- cell names ----------------------------------------------------------------------------------
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-.") or "x"
+
+
+def name_part(key: str, value: str) -> str:
+    """One setting's piece of a cell name: k0.1, t0250, random, s3, lr2e-5, grad_accum2."""
+    if key in VALUE_ONLY_KEYS:
+        return _clean(value)
+    if key == "model.name_or_path":
+        return _clean(value.removeprefix("pkg:").rstrip("/").rsplit("/", 1)[-1])
+    prefix = KEY_ALIASES.get(key) or key.rsplit(".", 1)[-1]
+    return prefix + _clean(value)
+
+
+def cell_names(settings: list[dict[str, str]]) -> list[str]:
+    names, seen = [], set()
+    for values in settings:
+        base = "_".join(name_part(k, v) for k, v in values.items()) or "run"
+        name, n = base, 1
+        while name in seen:  # two values that clean to the same text (paths, mostly)
+            n += 1
+            name = f"{base}-{n}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+# ---- planning ------------------------------------------------------------------------------------
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _recipe_seed(recipe: Path, overrides: list[str]) -> Any:
+    raw = read_yaml(recipe)
+    apply_overrides(raw, overrides)
+    train = raw.get("train")
+    return train.get("seed", 42) if isinstance(train, dict) else 42
+
+
+def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides: list[str], out: Path) -> Sweep:
+    """Expand the grid, validate every cell's recipe and look at what OUT already holds.
+
+    Raises RecipeError (every problem of every cell at once) or SweepError; creates nothing.
+    """
+    if any(parse_override(o)[0] == "output_dir" for o in overrides if "=" in o):
+        raise SweepError("output_dir is set per cell by the sweep: choose the parent folder with --out")
+    axes = parse_grid(grid, seeds)
+    if seeds is None:
+        seeds_axis = [str(_recipe_seed(recipe, overrides))] if not any(a.key == "train.seed" for a in axes) else []
+    else:
+        seeds_axis = [str(s) for s in seeds]
+    settings = []
+    for combo in itertools.product(*(axis.values for axis in axes)):
+        values = dict(zip((axis.key for axis in axes), combo))
+        for seed in seeds_axis or [None]:
+            cell = dict(values)
+            if seed is not None:
+                cell["train.seed"] = seed
+            settings.append(cell)
+    sweep = Sweep(recipe, list(overrides), axes, seeds, out)
+    sweep.cells = [Cell(name, values, out / name) for name, values in zip(cell_names(settings), settings)]
+
+    # Validate every cell; a problem shared by all cells (a typo in the recipe) is reported once.
+    problems: dict[str, list[str]] = {}
+    source = str(recipe)
+    for cell in sweep.cells:
+        try:
+            resolved = load_recipe(recipe, [*overrides, *cell.overrides, f"output_dir={cell.path}"])
+        except RecipeError as exc:
+            source = exc.source
+            for problem in exc.problems:
+                problems.setdefault(problem, []).append(cell.name)
+            continue
+        problem = _check_existing(cell, resolved.to_dict())
+        if problem:
+            problems.setdefault(problem, []).append(cell.name)
+    if problems:
+        lines = []
+        for problem, names in problems.items():
+            if len(names) == len(sweep.cells) or problem.startswith(str(out)):
+                lines.append(problem)
+            else:
+                lines.append(f"cell{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}")
+        raise RecipeError(source, lines)
+    return sweep
+
+
+def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
+    """Set the cell's state from its directory; a problem if the directory holds something else."""
+    from .checkpoint import CONFIG_FILE, SUMMARY_FILE, is_run_dir
+
+    path = cell.path
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return None
+    if not is_run_dir(path):
+        return f"{path} exists and is not a recall run directory: move it away or choose another --out"
+    saved = _flat(read_yaml(path / CONFIG_FILE))
+    wanted_flat = _flat(wanted)
+    differ = [k for k in sorted(set(saved) | set(wanted_flat))
+              if k != "output_dir" and saved.get(k) != wanted_flat.get(k)]
+    if differ:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted_flat.get(k)!r} now" for k in differ[:3])
+        return (f"{path} holds a run with other settings ({shown}): choose another --out, "
+                "or delete the directory to run the cell again")
+    summary = path / SUMMARY_FILE
+    finished = False
+    if summary.is_file():
+        try:
+            data = json.loads(summary.read_text(encoding="utf-8"))
+            finished = bool(data.get("finished"))
+            cell.main = (data.get("final") or {}).get("main")
+        except (json.JSONDecodeError, AttributeError):
+            finished = False
+    if finished:
+        cell.state = FINISHED
+    else:
+        cell.resume = True
+    return None
+
+
+# ---- the index -----------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_index(sweep: Sweep, extra: dict[str, dict[str, Any]] | None = None) -> None:
+    """OUT/sweep.json, replaced atomically; only the parent process writes it."""
+    from .checkpoint import write_json_atomic
+
+    extra = extra or {}
+    index = {
+        "recipe": str(sweep.recipe),
+        "overrides": sweep.overrides,
+        "grid": {axis.key: list(axis.values) for axis in sweep.axes},
+        "seeds": sweep.seeds,
+        "updated": _now(),
+        "counts": {state: sum(c.state == state for c in sweep.cells)
+                   for state in (PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED)},
+        "cells": [
+            {
+                "name": c.name,
+                "dir": str(c.path),
+                "settings": {k: parse_override(f"{k}={v}")[1] for k, v in c.settings.items()},
+                "state": c.state,
+                "exit_code": c.exit_code,
+                "seconds": None if c.seconds is None else round(c.seconds, 2),
+                "main": c.main,
+                "log": str(sweep.out / LOG_DIR / f"{c.name}.log"),
+                **extra.get(c.name, {}),
+            }
+            for c in sweep.cells
+        ],
+    }
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(sweep.out / INDEX_FILE, index)
+
+
+def read_index(out: Path) -> dict[str, Any] | None:
+    path = out / INDEX_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a child may be pinned to: CUDA_VISIBLE_DEVICES's entries, else every device torch sees."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def child_env(slot: int, jobs: int, gpus: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    if jobs > 1:
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+        if "OMP_NUM_THREADS" not in os.environ:
+            # N CPU-bound processes each using every core run slower than N using their share.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    return env
+
+
+def print_commands(sweep: Sweep, program: list[str] | None = None) -> list[str]:
+    """One shell line per cell still to run (fresh, or --resume for an interrupted one)."""
+    program = program or ["recall"]
+    return [shlex.join(sweep.command(c, program)) for c in sweep.cells if c.state != FINISHED]
+
+
+@dataclass
+class _Running:
+    cell: Cell
+    slot: int
+    process: subprocess.Popen
+    started: float
+    log: Any
+
+
+def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, poll_s: float = 0.2) -> list[Cell]:
+    """Run every cell that is not finished, ``jobs`` at a time; returns the cells that failed.
+
+    On Ctrl-C (or SIGTERM to this process) the children are interrupted, which checkpoints them, the
+    index marks them interrupted, and KeyboardInterrupt propagates: re-running the sweep resumes them.
+    """
+    if jobs < 1:
+        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    todo = [c for c in sweep.cells if c.state != FINISHED]
+    done_before = len(sweep.cells) - len(todo)
+    if done_before:
+        echo(f"sweep: {done_before} of {len(sweep.cells)} cells already finished, skipped")
+    write_index(sweep)
+    if not todo:
+        return []
+    gpus = visible_gpus() if jobs > 1 else []
+    program = [sys.executable, "-m", "recall_cli"]
+    (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    free_slots = list(range(jobs))
+    running: list[_Running] = []
+    finished_count = done_before
+    total = len(sweep.cells)
+
+    previous_term = None
+    if _in_main_thread():
+        def _term(signum, frame):  # noqa: ARG001 - a scheduler's pre-emption: stop like Ctrl-C
+            raise KeyboardInterrupt
+        previous_term = signal.signal(signal.SIGTERM, _term)
+    try:
+        while todo or running:
+            while todo and free_slots:
+                cell = todo.pop(0)
+                slot = free_slots.pop(0)
+                log = open(sweep.out / LOG_DIR / f"{cell.name}.log", "a", encoding="utf-8")
+                command = sweep.command(cell, program)
+                log.write(f"# {_now()} {shlex.join(command)}\n")
+                log.flush()
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env=child_env(slot, jobs, gpus))
+                cell.state, cell.exit_code = RUNNING, None
+                running.append(_Running(cell, slot, process, time.monotonic(), log))
+                how = "resuming" if cell.resume else "starting"
+                echo(f"sweep: {how} {cell.name}" + (f" (CUDA_VISIBLE_DEVICES={gpus[slot % len(gpus)]})" if gpus else ""))
+                write_index(sweep)
+            for job in list(running):
+                code = job.process.poll()
+                if code is None:
+                    continue
+                running.remove(job)
+                free_slots.append(job.slot)
+                job.log.close()
+                cell = job.cell
+                cell.exit_code, cell.seconds = code, time.monotonic() - job.started
+                cell.main = _final_main(cell.path) if code == 0 else None
+                cell.state = FINISHED if code == 0 else (INTERRUPTED if code == 130 else FAILED)
+                cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
+                finished_count += cell.state == FINISHED
+                result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"
+                echo(f"sweep: [{finished_count}/{total}] {cell.name} {cell.state} in {cell.seconds:.1f}s ({result})")
+                write_index(sweep)
+            if running:
+                time.sleep(poll_s)
+    except KeyboardInterrupt:
+        _stop(running)
+        for job in running:
+            job.cell.state, job.cell.exit_code = INTERRUPTED, job.process.returncode
+            job.log.close()
+        write_index(sweep)
+        raise
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+    return [c for c in sweep.cells if c.state in (FAILED, INTERRUPTED)]
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stop(running: list[_Running]) -> None:
+    """Children of a terminal's Ctrl-C already have SIGINT; others get it now; stragglers are killed."""
+    deadline = time.monotonic() + 2
+    for job in running:
+        try:
+            job.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            job.process.send_signal(signal.SIGINT)
+    for job in running:
+        try:
+            job.process.wait(timeout=60)  # time to finish writing a checkpoint
+        except subprocess.TimeoutExpired:
+            job.process.kill()
+            job.process.wait()
+
+
+def _final_main(path: Path) -> float | None:
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return (summary.get("final") or {}).get("main")
