@@ -159,7 +159,9 @@ def evaluate(
 
 # ---- sweep / forgetting / compare ------------------------------------------------------------------
 
-# (registered by recall_cli/cli_runs.py: `from .cli_runs import register`; `register(app)`)
+from .cli_runs import register  # noqa: E402 - the sweep/forgetting/compare group
+
+register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,169 @@
+"""`recall sweep`, `recall forgetting`, `recall compare`: many runs at once, and what to read from them.
+
+Thin like cli.py: parse the arguments, call sweep.py / report.py / plots.py, and let run_guarded turn
+known errors into one line. The library modules are imported inside the commands so that
+`recall --help` does not pay for torch or matplotlib.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, run_guarded
+
+SWEEP_EXIT_CODES = (
+    "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
+    "each cell's state and exit code); 2 bad usage or recipe (nothing is created or run); 130 interrupted "
+    "(run the same command again to resume). RECALL_DEBUG=1 shows tracebacks."
+)
+REPORT_EXIT_CODES = (
+    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage (no runs under the directory, unknown key, metric, "
+    "preset or format). RECALL_DEBUG=1 shows tracebacks."
+)
+
+
+def _usage_errors():
+    from .report import ReportError
+    from .sweep import SweepError
+
+    return (SweepError, ReportError)
+
+
+def _guarded(fn) -> None:
+    """run_guarded, with this group's own usage errors as one line and exit 2."""
+
+    def go() -> None:
+        try:
+            fn()
+        except _usage_errors() as exc:
+            fail(str(exc), EXIT_USAGE)
+
+    run_guarded(go)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=SWEEP_EXIT_CODES)(sweep)
+    app.command(epilog=REPORT_EXIT_CODES)(forgetting)
+    app.command(epilog=REPORT_EXIT_CODES)(compare)
+
+
+# ---- sweep ---------------------------------------------------------------------------------------
+
+
+def sweep(
+    recipe: Annotated[Path, typer.Argument(help="Recipe YAML file shared by every cell.", show_default=False)],
+    overrides: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Dotted KEY=VALUE overrides for every cell, as in recall finetune.", show_default=False),
+    ] = None,
+    grid: Annotated[
+        Optional[list[str]],
+        typer.Option("--grid", help="KEY=V1,V2,... : one axis of the grid (repeat for more), e.g. "
+                                    "--grid optimizer.anneal_k=0.05,0.1 --grid model.init=pretrained,random."),
+    ] = None,
+    seeds: Annotated[Optional[str], typer.Option(help="Seeds for every grid point, e.g. 1,2,3,4,5 (default: the recipe's train.seed).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Parent folder of the cells' run directories (default: runs/sweep_<recipe name>).")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="Cells run at once, each in its own process; with several GPUs visible each gets one (CUDA_VISIBLE_DEVICES).")] = 1,
+    print_commands: Annotated[bool, typer.Option("--print-commands", help="Print one `recall finetune` command per cell still to run, and run nothing (for SLURM arrays, CI matrices).")] = False,
+) -> None:
+    """Run a grid of recall finetune runs x seeds; re-running skips finished cells and resumes interrupted ones."""
+
+    def go() -> None:
+        from .sweep import parse_seeds, plan_sweep, print_commands as commands, run_sweep
+
+        target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
+        plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
+        if print_commands:
+            lines = commands(plan)
+            skipped = len(plan.cells) - len(lines)
+            if skipped:
+                typer.echo(f"# {skipped} finished cell{'s' if skipped > 1 else ''} left out", err=True)
+            for line in lines:
+                typer.echo(line)
+            return
+        typer.echo(f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})")
+        try:
+            failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
+        except KeyboardInterrupt:
+            typer.echo("interrupted: run the same recall sweep command again to resume", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED)
+        if failed:
+            names = ", ".join(f"{c.name} (exit {c.exit_code}, log {target / 'logs' / (c.name + '.log')})" for c in failed)
+            fail(f"{len(failed)} of {len(plan.cells)} cells failed: {names}", EXIT_FAILURE)
+        typer.echo(f"sweep: all {len(plan.cells)} cells finished; compare them with: recall compare {target}")
+
+    _guarded(go)
+
+
+# ---- forgetting ----------------------------------------------------------------------------------
+
+
+def forgetting(
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="A run directory, or a folder of them (searched recursively).")],
+    out: Annotated[Path, typer.Option(help="Figure file: .png (default), .svg or .pdf.")] = Path("forgetting.png"),
+    label: Annotated[Optional[str], typer.Option(help="Recipe key that labels the curves (default: optimizer.anneal_k if it differs, else every differing key).")] = None,
+    dpi: Annotated[int, typer.Option(min=30, max=600, help="Resolution of a PNG (the figure is 13 x 4 inches).")] = 150,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-run table as JSON.")] = False,
+) -> None:
+    """Figure 2 of the paper: distance to theta* and training loss against step, plus lambda(t), per setting."""
+
+    def go() -> None:
+        import json
+
+        from . import report
+        from .plots import forgetting_figure
+
+        runs = report.load_runs(run_dir, warn=_warn)
+        groups = report.forgetting_groups(runs, label)
+        forgetting_figure(groups, out, dpi=dpi)
+        rows = report.forgetting_rows(runs, groups)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+        else:
+            from .console import out_console
+
+            out_console.print(report.forgetting_table(rows))
+        typer.echo(f"figure: {out}", err=as_json)
+
+    _guarded(go)
+
+
+# ---- compare -------------------------------------------------------------------------------------
+
+
+def compare(
+    run_dir: Annotated[Path, typer.Argument(help="A folder of run directories (searched recursively), e.g. a sweep's --out.")],
+    by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) to group by (default: every key that differs between runs of a task), e.g. optimizer.anneal_k or k.")] = None,
+    metric: Annotated[str, typer.Option(help="Eval metric: main (the paper's per-task metric), accuracy, f1, mcc, pearson, spearman.")] = "main",
+    table: Annotated[Optional[str], typer.Option(help="Paper preset: init (Table 2: vanilla / RecAdam + PI / + RI), k (one row per k), main (Table 1: vanilla vs RecAdam, median and max).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json (json: one object per group and task).")] = "table",
+    at: Annotated[str, typer.Option(help="Which eval of each run: final (the end of training) or best (the best dev score).")] = "final",
+    where: Annotated[Optional[list[str]], typer.Option(help="Keep only runs with KEY=VALUE (repeatable), e.g. model.init=pretrained.")] = None,
+) -> None:
+    """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages."""
+
+    def go() -> None:
+        from . import report
+
+        if fmt not in report.FORMATS:
+            raise report.ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
+        runs = report.load_runs(run_dir, warn=_warn)
+        runs = report.filter_runs(runs, list(where or []))
+        result = report.compare(runs, by=list(by or []), metric=metric, preset=table, at=at)
+        if fmt != "table":
+            typer.echo(report.render(result, fmt), nl=False)
+            return
+        from .console import out_console
+
+        out_console.print(report.rich_table(result))
+        for line in report.notes(result):
+            typer.echo(line)
+
+    _guarded(go)
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
