@@ -84,13 +84,10 @@ def test_recipe_header_names_its_command(path):
 
 @pytest.mark.parametrize("path", OURS, ids=_ids(OURS))
 def test_recipe_schedule_has_no_warnings(path):
-    warnings_for = getattr(recipe_module, "schedule_warnings", None)
-    if warnings_for is None:
-        pytest.skip("recall_cli.recipe has no schedule_warnings")
     recipe = _build(path)
     if recipe.train.max_steps is None:
         pytest.skip("the run's length depends on the data (train.epochs)")
-    assert warnings_for(recipe, recipe.train.max_steps) == []
+    assert recipe_module.schedule_warnings(recipe, recipe.train.max_steps) == []
 
 
 @pytest.mark.parametrize("path", PAPER, ids=_ids(PAPER))
