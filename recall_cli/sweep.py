@@ -165,7 +165,12 @@ def parse_seeds(text: str | None) -> list[int] | None:
 
 
 def _clean(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-.") or "x"
+    if "/" in text:  # a path: its last component names it
+        text = text.rstrip("/").rsplit("/", 1)[-1]
+    cleaned = re.sub(r"[^A-Za-z0-9.+-]+", "-", text)
+    if not re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?", text):  # keep the sign of -1, 1e-5
+        cleaned = cleaned.strip("-.")
+    return cleaned or "x"
 
 
 def name_part(key: str, value: str) -> str:
@@ -173,7 +178,7 @@ def name_part(key: str, value: str) -> str:
     if key in VALUE_ONLY_KEYS:
         return _clean(value)
     if key == "model.name_or_path":
-        return _clean(value.removeprefix("pkg:").rstrip("/").rsplit("/", 1)[-1])
+        return _clean(value.removeprefix("pkg:"))
     prefix = KEY_ALIASES.get(key) or key.rsplit(".", 1)[-1]
     return prefix + _clean(value)
 
@@ -412,10 +417,11 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                 slot = free_slots.pop(0)
                 log = open(sweep.out / LOG_DIR / f"{cell.name}.log", "a", encoding="utf-8")
                 command = sweep.command(cell, program)
-                log.write(f"# {_now()} {shlex.join(command)}\n")
+                env = child_env(slot, jobs, gpus)
+                pinned = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if gpus else ""
+                log.write(f"# {_now()} {pinned}{shlex.join(command)}\n")
                 log.flush()
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=child_env(slot, jobs, gpus))
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 cell.state, cell.exit_code = RUNNING, None
                 running.append(_Running(cell, slot, process, time.monotonic(), log))
                 how = "resuming" if cell.resume else "starting"

