@@ -318,7 +318,8 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         _add_run(cell, run, metric, at)
     ordered = sorted(groups.values(), key=lambda g: [_sort_key(k, g.settings.get(k)) for k in keys])
 
-    tasks = sorted({run.task for run in runs}, key=lambda t: (t not in GLUE_TRAIN_SIZES, -GLUE_TRAIN_SIZES.get(t, 0), t))
+    order = list(TASK_TITLES)  # the paper's column order: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE
+    tasks = sorted({run.task for run in runs}, key=lambda t: (order.index(t) if t in order else len(order), t))
     averages: list[tuple[str, list[str]]] = []
     if len(tasks) > 1:
         averages.append(("Avg", tasks))
@@ -480,13 +481,13 @@ def _cell_text(result: Comparison, group: Group, stat: str, column: tuple[str, l
         cell = group.cells.get(column)
         if cell is None:
             return "", None
+        if stat == "n":
+            return str(cell.n), None
         value = cell.stat(stat)
         text = _pct(value)
         if stat == "mean" and value is not None:
             std = cell.stat("std")
             text += f" ± {100 * std:.1f}" if std is not None else ""
-        if stat == "n":
-            return str(cell.n), None
         if cell.flagged and stat == result.stats[0]:
             text += "*"
         return text, value
@@ -513,7 +514,7 @@ def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
     for stat in stats:
         for i, (_, column) in enumerate(columns):
             values = [v for g in result.groups if (v := _cell_text(result, g, stat, column)[1]) is not None]
-            if len(result.groups) > 1 and values:
+            if len(values) > 1:  # a lone value is not "the best" of anything
                 best[(stat, i)] = max(values)
     header = ["", "" if len(stats) == 1 else "stat"] + [title for title, _ in columns]
     rows = []

@@ -250,3 +250,21 @@ def test_forgetting_groups_seeds_into_median_and_band(tmp_path):
     steps, median, low, high = groups[0].curves("distance")
     assert steps.tolist() == [10, 20, 30]
     assert median.tolist() == [2.0, 3.0, 4.0] and low.tolist() == [1.0, 2.0, 3.0] and high.tolist() == [4.0, 5.0, 9.0]
+
+
+def test_markdown_shows_n_rows_when_counts_differ(k_sweep):
+    lines = invoke("compare", str(k_sweep), "--format", "markdown").stdout.splitlines()
+    assert lines[0] == "|  | stat | MRPC | RTE | Avg |"
+    assert lines[2:6] == [
+        "| k=0.1 | median | **82.0** | 62.0 | 72.0 |",
+        "|  | max | 84.0 | 64.0 | 74.0 |",
+        "|  | mean ± std | **82.0 ± 2.0** | 62.0 ± 2.0 | 72.0 |",
+        "|  | n | 3 | 3 |  |",
+    ]
+    # k=0.5 has no RTE runs: no value in the RTE and Avg columns, rather than an average of fewer tasks.
+    assert lines[6:10] == [
+        "| k=0.5 | median | 80.0 |  | – |",
+        "|  | max | **90.0** |  | – |",
+        "|  | mean ± std | 80.0 ± 14.1 |  | – |",
+        "|  | n | 2 |  |  |",
+    ]
