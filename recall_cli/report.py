@@ -642,11 +642,12 @@ def forgetting_groups(runs: list[Run], label: str | None = None) -> list[CurveGr
         if len(tasks) > 1:
             text = f"{TASK_TITLES.get(first.task, first.task)}: {text}"
         groups.append(CurveGroup(text, {k: first.settings.get(k) for k in differing}, members))
-    # Two groups with one label (the label key alone does not tell them apart): add what else differs.
-    counts = Counter(g.label for g in groups)
-    for g in groups:
-        if counts[g.label] > 1:
-            g.label = group_label(dict(g.settings)) if g.settings else g.label
+    # Two groups with one label (the label key alone does not tell them apart): name every setting
+    # that differs, on every curve, so that the legend reads one way.
+    if len({g.label for g in groups}) < len(groups):
+        for g in groups:
+            prefix = f"{TASK_TITLES.get(g.runs[0].task, g.runs[0].task)}: " if len(tasks) > 1 else ""
+            g.label = prefix + group_label(dict(g.settings)) if g.settings else g.label
     groups.sort(key=lambda g: [_sort_key(k, g.settings.get(k)) for k in differing] + [g.label])
     return groups
 

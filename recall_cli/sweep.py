@@ -338,9 +338,10 @@ def write_index(sweep: Sweep, extra: dict[str, dict[str, Any]] | None = None) ->
 
 def read_index(out: Path) -> dict[str, Any] | None:
     path = out / INDEX_FILE
-    if not path.is_file():
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 # ---- running -------------------------------------------------------------------------------------
@@ -392,6 +393,11 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     todo = [c for c in sweep.cells if c.state != FINISHED]
     done_before = len(sweep.cells) - len(todo)
+    previous = {c.get("name"): c for c in (read_index(sweep.out) or {}).get("cells", [])}
+    for cell in sweep.cells:  # keep what the index knew about cells finished by an earlier invocation
+        if cell.state == FINISHED and cell.name in previous:
+            cell.exit_code = previous[cell.name].get("exit_code", 0)
+            cell.seconds = previous[cell.name].get("seconds")
     if done_before:
         echo(f"sweep: {done_before} of {len(sweep.cells)} cells already finished, skipped")
     write_index(sweep)

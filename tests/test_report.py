@@ -268,3 +268,15 @@ def test_markdown_shows_n_rows_when_counts_differ(k_sweep):
         "|  | mean ± std | 80.0 ± 14.1 |  | – |",
         "|  | n | 2 |  |  |",
     ]
+
+
+def test_forgetting_labels_name_every_differing_setting_when_k_is_ambiguous(tmp_path):
+    from recall_cli.report import forgetting_groups, load_runs
+
+    root = tmp_path / "runs"
+    fake_run(root, "adamw", optimizer="adamw")
+    fake_run(root, "pi_k0.1", k=0.1)
+    fake_run(root, "pi_k1", k=1.0)
+    fake_run(root, "ri_k1", k=1.0, init="random")
+    labels = [g.label for g in forgetting_groups(load_runs(root))]
+    assert labels == ["vanilla fine-tuning", "RecAdam + PI, k=0.1", "RecAdam + PI, k=1", "RecAdam + RI, k=1"]

@@ -196,6 +196,7 @@ def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
     assert again.exit_code == 0, again.output
     assert "4 of 4 cells already finished, skipped" in again.stdout
     assert logs == {name: (out / "logs" / f"{name}.log").read_text() for name in CELLS}
+    assert all(c["state"] == "finished" and c["exit_code"] == 0 for c in json.loads((out / "sweep.json").read_text())["cells"])
 
     # A cell killed after its last checkpoint but before summary.json: re-running resumes it.
     summary = json.loads((out / "k1_s2" / "summary.json").read_text())
