@@ -685,8 +685,9 @@ def forgetting_table(rows: list[dict[str, Any]]):
         return "–" if value is None else format(value, digits)
 
     table = Table(title="forgetting: distance ||theta - theta*|| per run")
-    for name in ("run", "setting", "seed", "final distance", "min distance", "at step", "final loss", "dev main"):
-        table.add_column(name, justify="left" if name in ("run", "setting") else "right")
+    for name in ("run", "setting", "seed", "dist end", "dist min", "at step", "loss end", "dev main"):
+        width = min(16, max((len(r["label"]) for r in rows), default=8)) if name == "setting" else None
+        table.add_column(name, justify="left" if name in ("run", "setting") else "right", min_width=width)
     for r in rows:
         table.add_row(escape(Path(r["run"]).name) + ("" if r["finished"] else " (unfinished)"), escape(r["label"]), str(r["seed"]),
                       num(r["final_distance"]), num(r["min_distance"]), num(r["min_distance_step"], "d"),
