@@ -6,6 +6,10 @@
     OUTPUT_DIR/anchor.safetensors theta*, by parameter name
     OUTPUT_DIR/last/, best/       save_pretrained folders (+ training state in last/)
 
+Under torchrun only rank 0 writes here; every rank reads last/ on resume, so the directory must be
+on a filesystem that every node sees. Each rank's RNG state is saved (rng_state.pt is rank 0's,
+rng_state_rank<R>.pt the others') because dropout draws differ per rank.
+
 A checkpoint is written to a temporary folder and renamed into place, so killing the process at
 any moment leaves either the previous complete checkpoint or the new one, never a broken one.
 """
@@ -41,8 +45,9 @@ def is_run_dir(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file() and (path / METRICS_FILE).exists()
 
 
-def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Refuse to clobber an existing directory unless asked; never delete something that is not a run."""
+def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """The refusals of :func:`prepare_new_run_dir` without touching anything: every rank of a
+    distributed run checks this before the process group exists, so all of them fail alike."""
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunDirError(
@@ -54,6 +59,12 @@ def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
                 f"output_dir {run_dir} exists and is not a recall run directory: --overwrite only replaces runs; "
                 "choose another output_dir"
             )
+
+
+def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber an existing directory unless asked; never delete something that is not a run."""
+    check_new_run_dir(run_dir, overwrite)
+    if run_dir.exists() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -131,6 +142,10 @@ def capture_rng() -> dict[str, Any]:
     return state
 
 
+def rng_file(rank: int) -> str:
+    return RNG_FILE if rank == 0 else f"rng_state_rank{rank}.pt"
+
+
 def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     n = state["numpy"]
@@ -148,8 +163,10 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """A save_pretrained folder that `from_pretrained` opens as it is; with the training state when given."""
+    """A save_pretrained folder that `from_pretrained` opens as it is; with the training state when given.
+    ``rng_states`` holds one state per rank (default: this process's)."""
     staging = new_staging_dir(run_dir, name)
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
@@ -158,7 +175,8 @@ def save_checkpoint(
             {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},
             staging / OPTIMIZER_FILE,
         )
-        torch.save(capture_rng(), staging / RNG_FILE)
+        for rank, rng in enumerate(rng_states or [capture_rng()]):
+            torch.save(rng, staging / rng_file(rank))
         # Written last: its presence marks a complete checkpoint.
         (staging / TRAINER_STATE_FILE).write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
     dest = run_dir / name
@@ -166,11 +184,23 @@ def save_checkpoint(
     return dest
 
 
-def load_training_state(folder: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(trainer_state, optimizer+scaler state, rng state); tensors only, never arbitrary pickles."""
+def load_training_state(
+    folder: Path, rank: int = 0, world_size: int = 1
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(trainer_state, optimizer+scaler state, ``rank``'s rng state); tensors only, never arbitrary pickles.
+    A run resumes only with the world size it was trained with: the batch order and each rank's RNG
+    stream depend on it."""
     trainer_state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    saved_world = trainer_state.get("world_size", 1)
+    if saved_world != world_size or not (folder / rng_file(rank)).is_file():
+        how = f"--nproc {saved_world} (or torchrun --nproc_per_node {saved_world})" if saved_world > 1 else "in one process, without torchrun"
+        raise RunDirError(
+            f"{folder.parent} was trained with {saved_world} process{'es' if saved_world > 1 else ''} and this is "
+            f"{world_size}: resume it with the same number (train.batch_size is per process): "
+            f"recall finetune --resume {folder.parent} {how}"
+        )
     optim_state = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-    rng_state = torch.load(folder / RNG_FILE, map_location="cpu", weights_only=True)
+    rng_state = torch.load(folder / rng_file(rank), map_location="cpu", weights_only=True)
     return trainer_state, optim_state, rng_state
 
 
@@ -218,12 +248,15 @@ def truncate_metrics(run_dir: Path, last_step: int) -> None:
 class MetricsWriter:
     """Appends one JSON record per line, flushed, so that other commands can read a live run."""
 
-    def __init__(self, run_dir: Path):
-        self._file = open(run_dir / METRICS_FILE, "a", encoding="utf-8")
+    def __init__(self, run_dir: Path, enabled: bool = True):
+        # Ranks other than 0 get a writer that writes nothing: one record per step, not one per rank.
+        self._file = open(run_dir / METRICS_FILE, "a", encoding="utf-8") if enabled else None
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .data import Features, TaskSpec, collate
+from .distributed import Distributed
 from .metrics import compute_metrics
 
 
@@ -22,24 +23,34 @@ def predict(
     device: torch.device,
     pad_token_id: int,
     autocast: AbstractContextManager | None = None,
+    dist: Distributed | None = None,
 ) -> np.ndarray:
-    """Raw outputs (logits, or scores for regression) in the order of ``features``, as float32."""
+    """Raw outputs (logits, or scores for regression) in the order of ``features``, as float32.
+
+    Under torchrun each rank scores every world_size-th batch and all ranks gather the rest. The
+    batches are the ones a single process would form, so every output (and every metric) is the
+    single-process one, and no example is scored twice (no sampler padding)."""
+    rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
     was_training = model.training
     model.eval()
     # Batches of similar length waste little on padding; the order is undone below.
     order = sorted(range(len(features)), key=lambda i: len(features.input_ids[i]))
-    outputs: list[np.ndarray] = []
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    mine: dict[int, np.ndarray] = {}
     try:
-        for start in range(0, len(order), batch_size):
-            batch = collate(features, order[start : start + batch_size], pad_token_id)
+        for b in range(rank, len(batches), world):
+            batch = collate(features, batches[b], pad_token_id)
             batch.pop("labels")
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast or nullcontext():
                 logits = model(**batch).logits
-            outputs.append(logits.float().cpu().numpy())
+            mine[b] = logits.float().cpu().numpy()
     finally:
         model.train(was_training)
-    stacked = np.concatenate(outputs) if outputs else np.zeros((0, 1), dtype=np.float32)
+    outputs = mine
+    if world > 1:
+        outputs = {b: out for part in dist.all_gather_object(mine) for b, out in part.items()}
+    stacked = np.concatenate([outputs[b] for b in range(len(batches))]) if batches else np.zeros((0, 1), dtype=np.float32)
     result = np.empty_like(stacked)
     result[np.asarray(order, dtype=np.int64)] = stacked
     return result
@@ -53,12 +64,14 @@ def score(
     device: torch.device,
     pad_token_id: int,
     autocast: AbstractContextManager | None = None,
+    dist: Distributed | None = None,
 ) -> dict[str, float]:
     """The task's metrics by name plus "main". A second dev split (MNLI mismatched) adds its
-    metrics with the split's suffix, e.g. accuracy_mismatched."""
+    metrics with the split's suffix, e.g. accuracy_mismatched. Under torchrun every rank must call
+    it (the predictions are gathered) and every rank gets the same metrics."""
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
-        predictions = predict(model, features, batch_size, device, pad_token_id, autocast)
+        predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
         values = compute_metrics(task, predictions, np.asarray(features.labels))
         if i == 0:
             metrics.update(values)

@@ -2,11 +2,16 @@
 
 Order of one optimizer step (as in nanoGPT): set lr -> micro-steps (forward, scaled backward) ->
 divergence check -> unscale + clip -> step -> zero_grad -> log -> eval (+ best/) -> save last/.
+
+The same loop runs in one process or in N under torchrun (DistributedDataParallel): each global
+micro-batch of BatchOrder is split across the ranks, so N processes with train.batch_size=B take the
+same steps as one process with batch_size=N*B. Rank 0 alone writes the run directory.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import platform
 import random
 import time
@@ -19,8 +24,9 @@ import numpy as np
 import torch
 
 from . import __version__, checkpoint, data
+from .distributed import Distributed, SigtermFlag, shard
 from .evaluate import score
-from .model import build_model, load_checkpoint_model, load_tokenizer, parameter_groups
+from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
 from .optim import RecAdam, distance_to_anchor
 from .recipe import Recipe, dump_recipe, schedule_warnings
 from .schedule import linear_warmup_decay
@@ -32,6 +38,17 @@ class TrainingDiverged(RuntimeError):
         super().__init__(
             f"training diverged: the loss became {loss} at step {step} (lower optimizer.lr, "
             "use train.precision=fp32 or bf16, or check the data)"
+        )
+
+
+class Preempted(RuntimeError):
+    """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""
+
+    def __init__(self, step: int, run_dir: Path):
+        self.step, self.run_dir = step, run_dir
+        super().__init__(
+            f"stopped by SIGTERM after step {step}; last/ holds a complete checkpoint: continue with "
+            f"recall finetune --resume {run_dir}"
         )
 
 
@@ -50,11 +67,19 @@ class Reporter:
 # ---- set-up --------------------------------------------------------------------------------------
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """cpu, or cuda; under torchrun cuda:LOCAL_RANK among the devices CUDA_VISIBLE_DEVICES shows."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device=cuda but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, or use train.device=cpu)")
+    if name == "cuda" and local_rank is not None:
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA devices are visible: start at most "
+                "that many processes per node (torchrun --nproc_per_node), or check CUDA_VISIBLE_DEVICES"
+            )
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 
@@ -103,11 +128,11 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     return TaskData(spec, train, dev)
 
 
-def plan_total_steps(recipe: Recipe, n_train: int) -> int:
+def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
     tc = recipe.train
     if tc.max_steps is not None:
         return tc.max_steps
-    batches_per_epoch = math.ceil(n_train / tc.batch_size)
+    batches_per_epoch = math.ceil(n_train / (tc.batch_size * world_size))
     return max(1, math.ceil(tc.epochs * batches_per_epoch / tc.grad_accum))
 
 
@@ -138,6 +163,7 @@ class TrainerState:
     best_step: int | None = None
     train_seconds: float = 0.0
     samples: int = 0
+    world_size: int = 1  # a run resumes only with the number of processes it was trained with
     # Running sums since the last train record: saved so that a resumed run logs the same averages.
     window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WINDOW_KEYS, 0.0))
 
@@ -171,29 +197,51 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     reporter = reporter or Reporter()
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
-    device = resolve_device(tc.device)
+    ctx = Distributed.from_env()
+    # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
     precision = resolve_precision(tc.precision, device)
     seed_everything(tc.seed)
 
-    # Everything that can fail on user input (data, model) happens before the run directory is touched.
+    # Everything that can fail on user input (run directory, data, model) happens before the run
+    # directory is touched and, under torchrun, before the process group exists: every rank checks
+    # the same files and fails the same way, so no rank is left waiting in a collective.
     last = checkpoint.find_checkpoint(run_dir, "last") if resume else None
+    saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
+    if not resume:
+        checkpoint.check_new_run_dir(run_dir, overwrite)
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
-    total_steps = plan_total_steps(recipe, len(task.train))
+    total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     for message in schedule_warnings(recipe, total_steps):
         reporter.warn(message)
 
     if last is not None:
-        model = load_checkpoint_model(last, recipe.model.trust_remote_code)
-        anchors = checkpoint.load_anchors(run_dir)
+        built = BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), checkpoint.load_anchors(run_dir))
     else:
         built = build_model(recipe.model, task.spec.num_labels, tc.seed, task.spec.label_names)
-        model, anchors = built.model, built.anchors
+    if ctx.rank > 0:
+        seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
+    ctx.init(device)
+    try:
+        return _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task,
+                      total_steps, built)
+    finally:
+        ctx.close()
+
+
+def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task, total_steps,
+           built) -> dict[str, Any]:
+    tc = recipe.train
+    run_dir = Path(recipe.output_dir)
+    # Take theta* out of `built` so that only RecAdam (or `pairs`) keeps a copy once set-up is done.
+    model, anchors, built.anchors = built.model, built.anchors, None
     model.to(device)
     model.train()
     optimizer = build_optimizer(model, anchors, recipe, total_steps)
     if any(True for _ in optimizer.anchored()):
-        pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state
+        pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
     else:  # adamw: keep theta* only to measure forgetting
         anchor_dtype = torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else torch.float32
         pairs = [(p, anchors[n].to(device, anchor_dtype)) for n, p in model.named_parameters() if n in anchors]
@@ -201,115 +249,154 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     autocast = autocast_for(precision, device)
     params = [p for p in model.parameters() if p.requires_grad]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eval_batch = tc.eval_batch_size or 2 * tc.batch_size
+    eval_batch = tc.eval_batch_size or 2 * tc.batch_size  # per process, like batch_size
 
-    state = TrainerState()
-    if resume and run_dir.exists():
+    state = TrainerState(world_size=ctx.world_size)
+    if ctx.is_main and resume and run_dir.exists():
         checkpoint.remove_stale_staging(run_dir)
-    if last is not None:
-        trainer_state, optim_state, rng_state = checkpoint.load_training_state(last)
+    if saved is not None:
+        trainer_state, optim_state, rng_state = saved
         state = TrainerState(**trainer_state)
         optimizer.load_state_dict(optim_state["optimizer"])
         if optim_state["scaler"]:
             scaler.load_state_dict(optim_state["scaler"])
         checkpoint.restore_rng(rng_state)
-        checkpoint.truncate_metrics(run_dir, state.step)
-    else:
-        if resume:
-            # Interrupted before the first checkpoint: start over in the same directory.
-            checkpoint.prepare_new_run_dir(run_dir, overwrite=True)
-        else:
-            checkpoint.prepare_new_run_dir(run_dir, overwrite)
+        if ctx.is_main:
+            checkpoint.truncate_metrics(run_dir, state.step)
+    elif ctx.is_main:
+        # --resume of a run interrupted before its first checkpoint: start over in the same directory.
+        checkpoint.prepare_new_run_dir(run_dir, overwrite=overwrite or resume)
         dump_recipe(recipe, run_dir / checkpoint.CONFIG_FILE)
         checkpoint.save_anchors(run_dir, anchors)
         (run_dir / checkpoint.METRICS_FILE).touch()
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
+    ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
+    ctx.barrier()  # the run directory is ready before anyone goes on
 
     info = {"device": str(device), "precision": precision, "train_examples": len(task.train),
             "anneal_t0": recipe.anneal_t0_steps(total_steps), "run_dir": str(run_dir)}
+    if ctx.enabled:
+        info.update(processes=ctx.world_size, global_batch=tc.batch_size * ctx.world_size * tc.grad_accum)
     reporter.start(total_steps, state.step, info)
-    writer = checkpoint.MetricsWriter(run_dir)
-    order = BatchOrder(len(task.train), tc.batch_size, tc.seed)
+    writer = checkpoint.MetricsWriter(run_dir, enabled=ctx.is_main)
+    order = BatchOrder(len(task.train), tc.batch_size * ctx.world_size, tc.seed)
     window = state.window
+    replicas_differ = False
 
     try:
-        while state.step < total_steps:
-            step = state.step + 1
-            t_start = time.perf_counter()
-            lr = recipe.optimizer.lr * linear_warmup_decay(step, tc.warmup_steps, total_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+        with SigtermFlag() as sigterm:
+            while state.step < total_steps:
+                step = state.step + 1
+                t_start = time.perf_counter()
+                lr = recipe.optimizer.lr * linear_warmup_decay(step, tc.warmup_steps, total_steps)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
 
-            loss_sum = torch.zeros((), device=device)
-            samples = 0
-            for _ in range(tc.grad_accum):
-                indices = order.batch(state.micro_step)
-                state.micro_step += 1
-                batch = {k: v.to(device, non_blocking=True) for k, v in data.collate(task.train, indices, pad_id).items()}
-                with autocast:
-                    loss = model(**batch).loss / tc.grad_accum
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach().float()
-                samples += len(indices)
+                loss_sum = torch.zeros((), device=device)
+                samples = 0
+                for micro in range(tc.grad_accum):
+                    indices = order.batch(state.micro_step)
+                    state.micro_step += 1
+                    mine = shard(indices, ctx.rank, ctx.world_size)
+                    # DDP averages gradients over ranks. Weighting each rank's mean loss by its share of
+                    # the global micro-batch (x world_size) makes that average the global batch's mean
+                    # even when an epoch's last batch splits unevenly; a rank with no example runs one
+                    # at weight 0 so that every rank takes part in the all-reduce.
+                    share = len(mine) * ctx.world_size / len(indices)
+                    batch = data.collate(task.train, mine or indices[:1], pad_id)
+                    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                    with ctx.no_sync(ddp_model, skip=micro < tc.grad_accum - 1):
+                        with autocast:
+                            loss = ddp_model(**batch).loss
+                            if share != 1.0:
+                                loss = loss * share
+                            loss = loss / tc.grad_accum
+                        scaler.scale(loss).backward()
+                    loss_sum += loss.detach().float()
+                    samples += len(indices)
 
-            loss_value = loss_sum.item()  # one sync per step: the price of stopping at the exact step
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(step, loss_value)
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm or math.inf)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            state.step = step
-            state.samples += samples
+                # One sync per step (the price of stopping at the exact step), which also makes every
+                # rank agree on the global loss and on whether a SIGTERM arrived anywhere.
+                loss_value, stop = ctx.step_consensus(loss_sum, sigterm.requested)
+                if not math.isfinite(loss_value):
+                    raise TrainingDiverged(step, loss_value)
+                scaler.unscale_(optimizer)
+                # After DDP's all-reduce every rank holds the global gradient: this norm is the global one.
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm or math.inf)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                state.step = step
+                state.samples += samples
 
-            elapsed = time.perf_counter() - t_start
-            state.train_seconds += elapsed
-            window["loss"] += loss_value
-            window["grad_norm"] += float(grad_norm)
-            window["steps"] += 1
-            window["samples"] += samples
-            window["seconds"] += elapsed
+                elapsed = time.perf_counter() - t_start
+                state.train_seconds += elapsed
+                window["loss"] += loss_value
+                window["grad_norm"] += float(grad_norm)
+                window["steps"] += 1
+                window["samples"] += samples
+                window["seconds"] += elapsed
 
-            if step % tc.log_every == 0 or step == total_steps:
-                lam = optimizer.current_lambda
-                record = {
-                    "step": step,
-                    "split": "train",
-                    "epoch": round(state.micro_step / order.per_epoch, 4),
-                    "loss": window["loss"] / window["steps"],
-                    "lr": lr,
-                    "lambda": 1.0 if lam is None else lam,
-                    "distance": distance_to_anchor(*zip(*pairs)) if pairs else 0.0,
-                    "grad_norm": window["grad_norm"] / window["steps"],
-                    "samples_per_s": window["samples"] / max(window["seconds"], 1e-9),
-                }
-                writer.write(record)
-                reporter.train(record)
-                window.update(dict.fromkeys(WINDOW_KEYS, 0.0))
+                if step % tc.log_every == 0 or step == total_steps:
+                    lam = optimizer.current_lambda
+                    # Each rank steps a full replica with its own theta*, so its distance is the global one.
+                    distance = distance_to_anchor(*zip(*pairs)) if pairs else 0.0
+                    if ctx.enabled and len(set(ctx.all_gather_object(distance))) > 1 and not replicas_differ:
+                        replicas_differ = True
+                        reporter.warn(f"step {step}: the replicas' distances to theta* differ across ranks "
+                                      "(a non-deterministic kernel?); logging rank 0's")
+                    record = {
+                        "step": step,
+                        "split": "train",
+                        "epoch": round(state.micro_step / order.per_epoch, 4),
+                        "loss": window["loss"] / window["steps"],
+                        "lr": lr,
+                        "lambda": 1.0 if lam is None else lam,
+                        "distance": distance,
+                        "grad_norm": window["grad_norm"] / window["steps"],
+                        "samples_per_s": window["samples"] / max(window["seconds"], 1e-9),
+                    }
+                    writer.write(record)
+                    reporter.train(record)
+                    window.update(dict.fromkeys(WINDOW_KEYS, 0.0))
 
-            evaluate_now = (tc.eval_every and step % tc.eval_every == 0) or step == total_steps
-            if evaluate_now:
-                metrics = score(model, task.spec, task.dev, eval_batch, device, pad_id, autocast_for(precision, device))
-                record = {"step": step, "split": "eval", **metrics}
-                writer.write(record)
-                reporter.eval(record)
-                main = metrics["main"]
-                if math.isfinite(main) and (state.best_main is None or main > state.best_main):
-                    state.best_main, state.best_step = main, step
-                    checkpoint.save_checkpoint(run_dir, "best", model, tokenizer)
+                evaluate_now = (tc.eval_every and step % tc.eval_every == 0) or step == total_steps
+                if evaluate_now:
+                    metrics = score(model, task.spec, task.dev, eval_batch, device, pad_id,
+                                    autocast_for(precision, device), ctx)
+                    record = {"step": step, "split": "eval", **metrics}
+                    writer.write(record)
+                    reporter.eval(record)
+                    main = metrics["main"]
+                    if math.isfinite(main) and (state.best_main is None or main > state.best_main):
+                        state.best_main, state.best_step = main, step
+                        if ctx.is_main:
+                            checkpoint.save_checkpoint(run_dir, "best", model, tokenizer)
 
-            save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
-            if save_now or step == total_steps:
-                folder = checkpoint.save_checkpoint(
-                    run_dir, "last", model, tokenizer, state.__dict__, optimizer, scaler
-                )
-                checkpoint.rotate_step_checkpoints(run_dir, step, tc.keep_last, folder)
-            reporter.step(step)
+                save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
+                if save_now or stop or step == total_steps:
+                    rng_states = ctx.gather_object(checkpoint.capture_rng())  # each rank's dropout stream
+                    if ctx.is_main:
+                        folder = checkpoint.save_checkpoint(
+                            run_dir, "last", model, tokenizer, state.__dict__, optimizer, scaler, rng_states
+                        )
+                        checkpoint.rotate_step_checkpoints(run_dir, step, tc.keep_last, folder)
+                    ctx.barrier()  # no rank runs ahead of, or exits before, a complete last/
+                reporter.step(step)
+                if stop and step < total_steps:
+                    raise Preempted(step, run_dir)
     finally:
         writer.close()
 
+    final_distance = distance_to_anchor(*zip(*pairs)) if pairs else 0.0
+    distances = ctx.all_gather_object(final_distance)
+    if not ctx.is_main:
+        return {"steps": state.step, "final_distance": final_distance, "rank": ctx.rank}
     summary = build_summary(recipe, run_dir, state, total_steps, pairs, device, precision)
+    summary["world_size"] = ctx.world_size
+    summary["global_batch_size"] = tc.batch_size * ctx.world_size * tc.grad_accum
+    if ctx.enabled:
+        summary["final_distance_by_rank"] = distances
     checkpoint.write_json_atomic(run_dir / checkpoint.SUMMARY_FILE, summary)
     reporter.finish(summary)
     return summary
