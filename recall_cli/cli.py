@@ -57,8 +57,14 @@ def finetune(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing run in output_dir.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, print the resolved recipe and lambda(t) plan, exit.")] = False,
     plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain log lines or a live progress bar (default: rich on a TTY).", show_default=False)] = None,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, help="Start N processes on this machine under torchrun (DDP: nccl on CUDA, gloo on CPU). train.batch_size is per process.", show_default=False)] = None,
 ) -> None:
-    """Fine-tune a model as a recipe says, writing a run directory (see README: the run directory)."""
+    """Fine-tune a model as a recipe says, writing a run directory (see README: the run directory).
+
+    For several devices: `recall finetune RECIPE --nproc 8`, or `torchrun --nproc_per_node 8 -m recall_cli
+    finetune RECIPE` (and torchrun's --nnodes and rendezvous flags across machines). SIGTERM saves last/
+    at the end of the current step and exits 143; --resume continues with the same number of processes.
+    """
 
     def go() -> None:
         from .recipe import RecipeError, load_recipe, recipe_from_dict, read_yaml
@@ -79,9 +85,23 @@ def finetune(
         else:
             loaded = load_recipe(recipe, list(overrides or []))
         del RecipeError
+        import os
+
+        torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
+        if nproc is not None and "WORLD_SIZE" in os.environ and nproc != torchrun_world:
+            fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", EXIT_USAGE)
         if dry_run:
-            _print_dry_run(loaded)
+            _print_dry_run(loaded, nproc or torchrun_world)
             return
+        if nproc is not None and nproc > 1 and "WORLD_SIZE" not in os.environ:
+            # The recipe is valid (checked above, once); the workers run this same command without --nproc.
+            from .distributed import launch
+
+            args = ["finetune"]
+            args += ["--resume", str(resume)] if resume is not None else [str(recipe), *(overrides or [])]
+            args += ["--overwrite"] if overwrite else []
+            args += [] if plain is None else ["--plain" if plain else "--rich"]
+            raise typer.Exit(launch(nproc, args))
         from .console import make_reporter
         from .train import finetune as run
 
@@ -94,7 +114,7 @@ def finetune(
     run_guarded(go)
 
 
-def _print_dry_run(recipe) -> None:
+def _print_dry_run(recipe, world_size: int = 1) -> None:
     from .optim import anneal_lambda
     from .recipe import schedule_warnings
 
@@ -109,9 +129,12 @@ def _print_dry_run(recipe) -> None:
         n = len(data.load_split(recipe.task, "train").labels)
         if recipe.task.max_train_examples:
             n = min(n, recipe.task.max_train_examples)
-        total = plan_total_steps(recipe, n)
+        total = plan_total_steps(recipe, n, world_size)
     t0 = recipe.anneal_t0_steps(total)
     typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
+    if world_size > 1:
+        typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
+                   f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
     if oc.name != "adamw":
         points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})

@@ -108,6 +108,11 @@ class RichReporter(Reporter):
 
 
 def make_reporter(plain: bool | None = None) -> Reporter:
+    """Rich on a TTY, plain lines otherwise; under torchrun ranks other than 0 report nothing."""
+    from .distributed import env_rank
+
+    if env_rank() != 0:
+        return Reporter()
     if plain is None:
         plain = not sys.stdout.isatty()
     return PlainReporter() if plain else RichReporter()
