@@ -664,6 +664,7 @@ def forgetting_rows(runs: list[Run], groups: list[CurveGroup]) -> list[dict[str,
             final_distance = (run.summary or {}).get("final_distance", train[-1]["distance"] if train else None)
             rows.append({
                 "run": str(run.path),
+                "name": run.name,
                 "label": label_of[id(run)],
                 "seed": run.settings.get("train.seed"),
                 "steps": train[-1]["step"] if train else 0,
@@ -689,7 +690,7 @@ def forgetting_table(rows: list[dict[str, Any]]):
         width = min(16, max((len(r["label"]) for r in rows), default=8)) if name == "setting" else None
         table.add_column(name, justify="left" if name in ("run", "setting") else "right", min_width=width)
     for r in rows:
-        table.add_row(escape(Path(r["run"]).name) + ("" if r["finished"] else " (unfinished)"), escape(r["label"]), str(r["seed"]),
+        table.add_row(escape(r["name"]) + ("" if r["finished"] else " (unfinished)"), escape(r["label"]), str(r["seed"]),
                       num(r["final_distance"]), num(r["min_distance"]), num(r["min_distance_step"], "d"),
                       num(r["final_loss"]), num(r["main"], ".4f"))
     return table

@@ -228,6 +228,7 @@ def test_forgetting_figure_and_table(tmp_path):
     assert rows["ri_s2"]["final_distance"] == pytest.approx(1.6 * 1.2)
     assert rows["adamw_s1"]["min_distance_step"] == 10 and rows["adamw_s1"]["final_loss"] == pytest.approx(0.61)
     assert rows["ri_s1"]["label"] == "RecAdam + RI" and rows["adamw_s1"]["label"] == "vanilla fine-tuning"
+    assert rows["ri_s1"]["name"] == "ri_s1"
 
     svg = tmp_path / "forgetting.svg"
     assert invoke("forgetting", "--run-dir", str(root), "--out", str(svg)).exit_code == 0
