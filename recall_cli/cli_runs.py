@@ -12,12 +12,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, run_guarded
+from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE, fail, run_guarded
 
 SWEEP_EXIT_CODES = (
     "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
     "each cell's state and exit code); 2 bad usage or recipe (nothing is created or run); 130 interrupted "
-    "(run the same command again to resume). RECALL_DEBUG=1 shows tracebacks."
+    "by Ctrl-C, 143 stopped by SIGTERM (running cells save last/ first; run the same command again to "
+    "resume). RECALL_DEBUG=1 shows tracebacks."
 )
 REPORT_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage (no runs under the directory, unknown key, metric, "
@@ -72,7 +73,7 @@ def sweep(
     """Run a grid of recall finetune runs x seeds; re-running skips finished cells and resumes interrupted ones."""
 
     def go() -> None:
-        from .sweep import parse_seeds, plan_sweep, print_commands as commands, run_sweep
+        from .sweep import Terminated, parse_seeds, plan_sweep, print_commands as commands, run_sweep
 
         target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
         plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
@@ -87,9 +88,9 @@ def sweep(
         typer.echo(f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})")
         try:
             failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             typer.echo("interrupted: run the same recall sweep command again to resume", err=True)
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(EXIT_PREEMPTED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
         if failed:
             names = ", ".join(f"{c.name} (exit {c.exit_code}, log {target / 'logs' / (c.name + '.log')})" for c in failed)
             fail(f"{len(failed)} of {len(plan.cells)} cells failed: {names}", EXIT_FAILURE)

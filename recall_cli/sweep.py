@@ -50,10 +50,15 @@ KEY_ALIASES = {
 VALUE_ONLY_KEYS = {"model.init", "optimizer.name", "task.name", "optimizer.anneal_fun"}
 
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
+STOPPED_CODES = (130, 143)  # finetune after Ctrl-C, and after SIGTERM (it saves last/ first)
 
 
 class SweepError(ValueError):
     """A sweep that cannot start as asked; the message is one line saying what to change."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The sweep got SIGTERM (a scheduler pre-empting it): stopped like Ctrl-C, reported as 143."""
 
 
 @dataclass(frozen=True)
@@ -414,7 +419,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
     previous_term = None
     if _in_main_thread():
         def _term(signum, frame):  # noqa: ARG001 - a scheduler's pre-emption: stop like Ctrl-C
-            raise KeyboardInterrupt
+            raise Terminated
         previous_term = signal.signal(signal.SIGTERM, _term)
     try:
         while todo or running:
@@ -443,7 +448,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                 cell = job.cell
                 cell.exit_code, cell.seconds = code, time.monotonic() - job.started
                 cell.main = _final_main(cell.path) if code == 0 else None
-                cell.state = FINISHED if code == 0 else (INTERRUPTED if code == 130 else FAILED)
+                cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED_CODES else FAILED)
                 cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
                 finished_count += cell.state == FINISHED
                 result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"
@@ -471,16 +476,17 @@ def _in_main_thread() -> bool:
 
 
 def _stop(running: list[_Running]) -> None:
-    """Children of a terminal's Ctrl-C already have SIGINT; others get it now; stragglers are killed."""
+    """Children of a terminal's Ctrl-C already have SIGINT; the others get SIGTERM, on which finetune
+    saves last/ at the end of the current step and exits 143; stragglers are killed."""
     deadline = time.monotonic() + 2
     for job in running:
         try:
             job.process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            job.process.send_signal(signal.SIGINT)
+            job.process.send_signal(signal.SIGTERM)
     for job in running:
         try:
-            job.process.wait(timeout=60)  # time to finish writing a checkpoint
+            job.process.wait(timeout=120)  # time to finish the step and write the checkpoint
         except subprocess.TimeoutExpired:
             job.process.kill()
             job.process.wait()

@@ -230,3 +230,35 @@ def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path
     assert f"error: 1 of 2 cells failed: broken-model_s1 (exit {code}, log {out / 'logs'}" in result.stderr
     assert index[good]["state"] == "finished" and index[good]["exit_code"] == 0
     assert "error:" in (out / "logs" / "broken-model_s1.log").read_text()
+
+
+def test_sigterm_stops_the_sweep_and_its_cells_resumably(tiny_model_dir, tmp_path):
+    """A scheduler pre-empting the sweep: the running cell saves last/ and the index says interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused",
+                                                                 train={"max_steps": 5000, "eval_every": 0, "log_every": 1}))
+    out = tmp_path / "out"
+    sweep = subprocess.Popen([sys.executable, "-m", "recall_cli", "sweep", str(recipe), "--seeds", "1,2", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    log = out / "logs" / "s1.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "split=train" in log.read_text()):
+        assert time.monotonic() < deadline and sweep.poll() is None, "the first cell never started training"
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=180)
+    assert sweep.returncode == 143, err
+    assert "run the same recall sweep command again to resume" in err
+    cells = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    assert cells["s1"]["state"] == "interrupted" and cells["s1"]["exit_code"] == 143
+    assert cells["s2"]["state"] == "pending"
+    assert (out / "s1" / "last" / "trainer_state.json").is_file()
+    # Re-running continues s1 from its checkpoint and starts s2.
+    commands = invoke("sweep", str(recipe), "--seeds", "1,2", "--out", str(out), "--print-commands").stdout.splitlines()
+    assert commands[0] == f"recall finetune --resume {out / 's1'} --plain"
+    assert commands[1].startswith(f"recall finetune {recipe} train.seed=2 output_dir=")
