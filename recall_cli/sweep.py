@@ -246,6 +246,7 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
 
     # Validate every cell; a problem shared by all cells (a typo in the recipe) is reported once.
     problems: dict[str, list[str]] = {}
+    existing: list[str] = []  # OUT already holds something else where a cell would go
     source = str(recipe)
     for cell in sweep.cells:
         try:
@@ -257,15 +258,18 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
             continue
         problem = _check_existing(cell, resolved.to_dict())
         if problem:
-            problems.setdefault(problem, []).append(cell.name)
+            existing.append(problem)
     if problems:
         lines = []
         for problem, names in problems.items():
-            if len(names) == len(sweep.cells) or problem.startswith(str(out)):
+            if len(names) == len(sweep.cells):
                 lines.append(problem)
             else:
                 lines.append(f"cell{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}")
         raise RecipeError(source, lines)
+    if existing:
+        more = f" (and {len(existing) - 1} more cell{'s' if len(existing) > 2 else ''} like it)" if len(existing) > 1 else ""
+        raise SweepError(existing[0] + more)
     return sweep
 
 

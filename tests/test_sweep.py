@@ -211,7 +211,8 @@ def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
 
     # The same cells with other settings are refused before anything runs.
     changed = invoke(*args[:2], "optimizer.lr=0.002", *args[2:])
-    assert changed.exit_code == 2 and "holds a run with other settings (optimizer.lr" in changed.stderr
+    assert changed.exit_code == 2 and "holds a run with other settings (optimizer.lr: 0.001 there, 0.002 now)" in changed.stderr
+    assert changed.stderr.strip().endswith("(and 3 more cells like it)") and len(changed.stderr.strip().splitlines()) == 1
 
 
 def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path):
