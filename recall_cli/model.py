@@ -54,13 +54,24 @@ def resolve_name_or_path(name: str) -> str:
 
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
-    if _looks_like_path(name) and not Path(name).expanduser().is_dir():
+    folder = Path(name).expanduser()
+    if _looks_like_path(name) and not folder.is_dir():
         raise ModelLoadError(f"model folder not found: {name} (set model.name_or_path to a folder with config.json)")
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"{name} is a folder without config.json: point model.name_or_path at a save_pretrained folder "
+            "(config.json, weights and tokenizer files) or at a hub id"
+        )
     try:
         return loader(name, **kwargs)
-    except OSError as exc:
-        if Path(name).is_dir():
-            raise ModelLoadError(f"cannot load the {what} from {name}: {str(exc).splitlines()[0]}") from exc
+    except (OSError, ValueError) as exc:
+        # transformers reports missing weight or tokenizer files as OSError, and a tokenizer it cannot
+        # build from what the folder holds as ValueError: both are a folder that is not a full checkpoint.
+        if folder.is_dir():
+            reason = " ".join(str(exc).split())[:240]
+            raise ModelLoadError(f"cannot load the {what} from {name}: {reason}") from exc
+        if isinstance(exc, ValueError):
+            raise
         raise ModelLoadError(
             f"model '{name}' is not a local folder and could not be loaded from the Hugging Face hub or its cache "
             f"(offline?): download it where there is internet (`hf download {name}`) or set model.name_or_path "
@@ -68,9 +79,23 @@ def _load(what: str, loader, name: str, **kwargs):
         ) from exc
 
 
+# A vocabulary file of one of these kinds (or any *.model sentencepiece file) makes a folder's tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
+
+
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
+    folder = Path(resolve_name_or_path(name_or_path)).expanduser()
+    if folder.is_dir() and (folder / "config.json").is_file():
+        has_vocab = any((folder / f).is_file() for f in _TOKENIZER_FILES) or any(folder.glob("*.model"))
+        if not has_vocab:
+            # transformers would build an empty tokenizer (a handful of special tokens) and every word
+            # would become [UNK]: a run that trains on nothing, silently.
+            raise ModelLoadError(
+                f"{name_or_path} has no tokenizer files (tokenizer.json, vocab.txt, ...): save the tokenizer "
+                "into the folder with tokenizer.save_pretrained(folder)"
+            )
     return _load("tokenizer", AutoTokenizer.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
 
 
