@@ -228,6 +228,9 @@ class Cell:
     values: list[float]
     runs: list[str]
     flagged: list[dict[str, str]] = field(default_factory=list)
+    # --table main: the setting chosen on dev for this (group, task), out of `candidates` settings.
+    selected: dict[str, Any] | None = None
+    candidates: int = 0
 
     @property
     def n(self) -> int:
@@ -300,22 +303,37 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
     elif preset == "k":
         keys = ["optimizer.name", "optimizer.anneal_k"]
     elif preset == "main":
-        keys = ["optimizer.name"]
+        keys = ["optimizer.name"] + [k for k in ("model.init",) if k in differing]
     else:
         keys = list(differing)
-    if preset:
-        # Never pool different settings silently: whatever else differs splits the rows too.
+    # Table 1 (--table main) selects, per method and task, the setting with the best median on dev,
+    # as the paper selects t0 and k; the other presets never pool different settings silently:
+    # whatever else differs splits the rows too.
+    select = [k for k in differing if k not in keys] if preset == "main" else []
+    if preset and not select:
         keys += [k for k in differing if k not in keys]
 
     groups: dict[str, Group] = {}
+    candidates: dict[tuple[str, str], dict[str, Cell]] = {}
     for run in runs:
         settings = {k: run.settings.get(k) for k in keys}
         gid = _key(settings)
         if gid not in groups:
             groups[gid] = Group(group_label(settings, preset), settings, {})
-        group = groups[gid]
-        cell = group.cells.setdefault(run.task, Cell(run.task, [], []))
+        if select:
+            vanilla = run.settings.get("optimizer.name") == "adamw"
+            chosen = {k: run.settings.get(k) for k in select if not (vanilla and k in RECADAM_ONLY_KEYS)}
+            per_setting = candidates.setdefault((gid, run.task), {})
+            cell = per_setting.setdefault(_key(chosen), Cell(run.task, [], [], selected=chosen))
+        else:
+            cell = groups[gid].cells.setdefault(run.task, Cell(run.task, [], []))
         _add_run(cell, run, metric, at)
+    for (gid, task), per_setting in candidates.items():
+        scored = [(cell.stat("median"), cell) for cell in per_setting.values()]
+        usable = [item for item in scored if item[0] is not None]
+        best = max(usable, key=lambda item: item[0])[1] if usable else scored[0][1]
+        best.candidates = len(per_setting)
+        groups[gid].cells[task] = best
     ordered = sorted(groups.values(), key=lambda g: [_sort_key(k, g.settings.get(k)) for k in keys])
 
     order = list(TASK_TITLES)  # the paper's column order: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE
@@ -467,6 +485,7 @@ def to_records(result: Comparison) -> list[dict[str, Any]]:
                 "min": cell.stat("min"),
                 "runs": cell.runs,
                 "flagged": cell.flagged,
+                **({"selected": cell.selected, "candidates": cell.candidates} if cell.selected is not None else {}),
             })
     return out
 
@@ -538,6 +557,10 @@ def notes(result: Comparison) -> list[str]:
     lines = []
     for group in result.groups:
         for cell in group.cells.values():
+            if cell.selected and cell.candidates > 1:
+                chosen = ", ".join(f"{k}={_fmt_setting(v)}" for k, v in cell.selected.items())
+                lines.append(f"{group.label} / {TASK_TITLES.get(cell.task, cell.task)}: {chosen} "
+                             f"(best median on dev of {cell.candidates} settings)")
             for item in cell.flagged:
                 lines.append(f"* {group.label} / {cell.task}: {item['run']}: {item['reason']}")
     for title_, tasks in result.averages:

@@ -281,3 +281,37 @@ def test_forgetting_labels_name_every_differing_setting_when_k_is_ambiguous(tmp_
     fake_run(root, "ri_k1", k=1.0, init="random")
     labels = [g.label for g in forgetting_groups(load_runs(root))]
     assert labels == ["vanilla fine-tuning", "RecAdam + PI, k=0.1", "RecAdam + PI, k=1", "RecAdam + RI, k=1"]
+
+
+def test_table_main_selects_the_best_setting_per_task_on_dev(tmp_path):
+    """Table 1: RecAdam's row holds, per task, the (k, t0) with the best median over seeds, as the paper
+    selects t0 and k on dev; the median and max are those of the selected setting's seeds."""
+    root = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        fake_run(root, f"mrpc_adamw_s{seed}", optimizer="adamw", seed=seed, main=(0.78, 0.80, 0.79)[seed - 1])
+        fake_run(root, f"rte_adamw_s{seed}", task="rte", optimizer="adamw", seed=seed, main=0.60)
+    mrpc = {(0.1, 250): (0.80, 0.84, 0.82), (0.5, 250): (0.70, 0.90, 0.86), (0.5, 500): (0.81, 0.81, 0.81)}
+    rte = {(0.1, 250): (0.66, 0.70, 0.64), (0.5, 250): (0.60, 0.75, 0.62), (0.5, 500): (0.50, 0.50, 0.50)}
+    for task, table in (("mrpc", mrpc), ("rte", rte)):
+        for (k, t0), values in table.items():
+            for seed, main in zip((1, 2, 3), values):
+                fake_run(root, f"{task}_k{k}_t{t0}_s{seed}", task=task, k=k, t0=t0, seed=seed, main=main)
+
+    result = invoke("compare", str(root), "--table", "main", "--format", "json")
+    assert result.exit_code == 0, result.output
+    records = {(r["optimizer.name"], r["task"]): r for r in json.loads(result.stdout)}
+    assert len(records) == 4  # one row per method, not per setting
+    chosen = records[("recadam", "mrpc")]
+    assert chosen["selected"] == {"optimizer.anneal_k": 0.5, "optimizer.anneal_t0": 250}
+    assert (chosen["n"], chosen["median"], chosen["max"], chosen["candidates"]) == (3, 0.86, 0.90, 3)
+    assert len(chosen["runs"]) == 3 and all("k0.5_t250" in r for r in chosen["runs"])
+    chosen = records[("recadam", "rte")]
+    assert chosen["selected"] == {"optimizer.anneal_k": 0.1, "optimizer.anneal_t0": 250}
+    assert (chosen["median"], chosen["max"]) == (0.66, 0.70)
+    vanilla = records[("adamw", "mrpc")]
+    assert vanilla["selected"] == {} and vanilla["median"] == 0.79 and vanilla["max"] == 0.80
+
+    table = invoke("compare", str(root), "--table", "main", "--format", "markdown")
+    assert table.exit_code == 0, table.output
+    assert "| RecAdam | median | **86.0** | **66.0** | **76.0** |" in table.stdout
+    assert "RecAdam / MRPC: optimizer.anneal_k=0.5, optimizer.anneal_t0=250 (best median on dev of 3 settings)" in table.stdout
