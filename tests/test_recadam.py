@@ -85,7 +85,8 @@ class Reference:
 HP = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, anneal_k=0.3, anneal_t0=20, anneal_w=1.0, pretrain_cof=50.0)
 
 
-def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled", steps=STEPS, hp=HP, lam_fn=None):
+def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled", steps=STEPS, hp=HP, lam_fn=None,
+             fused=None):
     """Train the same model with RecAdam and with the transcription; return both for comparison."""
     model = tiny_mlp()
     ref_model = copy.deepcopy(model)
@@ -95,7 +96,7 @@ def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled
             {"params": body_params(model), "anchors": anchors, "weight_decay": weight_decay},
             {"params": head_params(model), "weight_decay": 0.0},  # the head: plain Adam
         ],
-        anneal_fun=anneal_fun, correct_bias=correct_bias, foreach=foreach, mode=mode, **hp,
+        anneal_fun=anneal_fun, correct_bias=correct_bias, foreach=foreach, fused=fused, mode=mode, **hp,
     )
     ref_body = Reference(
         body_params(ref_model), anchors, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=weight_decay,
@@ -140,6 +141,59 @@ def test_matches_float64_transcription(anneal_fun, weight_decay, correct_bias, f
     assert (body_params(model)[0] - body_params(tiny_mlp())[0]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01], ids=["no_wd", "wd"])
+@pytest.mark.parametrize("anneal_fun", ["sigmoid", "linear", "constant"])
+def test_fused_kernel_matches_float64_transcription(anneal_fun, weight_decay):
+    """torch's fused Adam kernel with eps / sqrt(1 - beta2**t) is the released eps convention exactly."""
+    hp = dict(HP, anneal_w=0.8) if anneal_fun == "constant" else HP
+    result = run_pair(anneal_fun=anneal_fun, weight_decay=weight_decay, correct_bias=True, foreach=None, hp=hp,
+                      fused=True)
+    assert_matches_reference(*result)
+
+
+@pytest.mark.parametrize("anchor_dtype", [None, torch.bfloat16], ids=["fp32_anchor", "bf16_anchor"])
+def test_fused_matches_single_tensor_in_float32(anchor_dtype):
+    """With a parameter whose grad stays None and a zero-size anchored parameter, as for foreach."""
+    data = batches(40, torch.float32)
+    results = []
+    for fused, foreach in ((True, None), (None, False)):
+        model, unused, empty, opt = make_float32_setup(foreach, anchor_dtype, fused=fused)
+        before = unused.detach().clone()
+        train_steps(model, empty, opt, data)
+        assert torch.equal(unused, before) and "step" not in opt.state.get(unused, {})
+        assert opt.state[empty]["step"] == 40
+        results.append((model, opt))
+    (m1, o1), (m2, o2) = results
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(o1.state[p]["exp_avg_sq"], o2.state[q]["exp_avg_sq"], rtol=1e-6, atol=1e-12)
+
+
+def test_default_kernel_on_cpu_is_fused_else_single_tensor():
+    """Defaults: fused where it applies; otherwise the one-tensor kernel on the CPU (bit-identical to
+    foreach=False), which benchmarks/optimizer_step.py measures at about half the foreach time there."""
+    fused_default = run_pair(anneal_fun="sigmoid", weight_decay=0.01, correct_bias=True, foreach=None)[0]
+    fused_explicit = run_pair(anneal_fun="sigmoid", weight_decay=0.01, correct_bias=True, foreach=None, fused=True)[0]
+    for p, q in zip(fused_default.parameters(), fused_explicit.parameters()):
+        assert torch.equal(p, q)
+    # correct_bias=False and the coupled mode have no fused kernel: the default is then the single-tensor one.
+    for kwargs in (dict(correct_bias=False), dict(correct_bias=True, mode="coupled")):
+        default = run_pair(anneal_fun="sigmoid", weight_decay=0.01, foreach=None, **kwargs)[0]
+        single = run_pair(anneal_fun="sigmoid", weight_decay=0.01, foreach=False, **kwargs)[0]
+        for p, q in zip(default.parameters(), single.parameters()):
+            assert torch.equal(p, q)
+
+
+def test_fused_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="choose one of fused=True and foreach=True"):
+        RecAdam([torch.nn.Parameter(torch.zeros(2))], fused=True, foreach=True)
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = RecAdam([{"params": [p], "anchors": [torch.ones(2)]}], fused=True, correct_bias=False)
+    p.grad = torch.ones(2)
+    with pytest.raises(RuntimeError, match="needs correct_bias=True"):
+        opt.step()
+
+
 @pytest.mark.parametrize("foreach", [False, True], ids=["single", "foreach"])
 def test_coupled_mode_matches_its_transcription(foreach):
     result = run_pair(anneal_fun="sigmoid", weight_decay=0.01, correct_bias=True, foreach=foreach, mode="coupled")
@@ -153,7 +207,7 @@ def test_coupled_and_decoupled_differ():
     assert diff > 1e-3
 
 
-def make_float32_setup(foreach, anchor_dtype=None):
+def make_float32_setup(foreach, anchor_dtype=None, fused=None):
     torch.manual_seed(0)
     model = tiny_mlp(torch.float32)
     unused = torch.nn.Parameter(torch.randn(5))  # never in the loss: grad stays None
@@ -165,7 +219,7 @@ def make_float32_setup(foreach, anchor_dtype=None):
             {"params": body + [unused, empty], "anchors": anchors, "weight_decay": 0.01},
             {"params": head_params(model), "weight_decay": 0.0},
         ],
-        foreach=foreach, anchor_dtype=anchor_dtype, **HP,
+        foreach=foreach, fused=fused, anchor_dtype=anchor_dtype, **HP,
     )
     return model, unused, empty, opt
 
