@@ -56,7 +56,10 @@ def _rank() -> int:
         return 0
 
 
-def run_guarded(fn) -> None:
+RESUME_HINT = "continue with `recall finetune --resume OUTPUT_DIR`"
+
+
+def run_guarded(fn, interrupted_hint: str | None = RESUME_HINT) -> None:
     """Call ``fn``; map known errors to one line and an exit code, unknown ones to exit 1.
 
     Under torchrun the known errors are decided alike on every rank (the same recipe and files, or a
@@ -69,7 +72,7 @@ def run_guarded(fn) -> None:
     except typer.Exit:
         raise
     except KeyboardInterrupt:
-        typer.echo("interrupted: continue with `recall finetune --resume OUTPUT_DIR`", err=True)
+        typer.echo("interrupted" + (f": {interrupted_hint}" if interrupted_hint else ""), err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
         if debug:

@@ -33,8 +33,9 @@ def _usage_errors():
     return (SweepError, ReportError)
 
 
-def _guarded(fn) -> None:
-    """run_guarded, with this group's own usage errors as one line and exit 2."""
+def _guarded(fn, interrupted_hint: str | None = None) -> None:
+    """run_guarded, with this group's own usage errors as one line and exit 2. Ctrl-C in compare or
+    forgetting has nothing to resume: no hint unless the command gives one."""
 
     def go() -> None:
         try:
@@ -42,7 +43,7 @@ def _guarded(fn) -> None:
         except _usage_errors() as exc:
             fail(str(exc), EXIT_USAGE)
 
-    run_guarded(go)
+    run_guarded(go, interrupted_hint)
 
 
 def register(app: typer.Typer) -> None:
