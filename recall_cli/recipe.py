@@ -118,6 +118,17 @@ def all_keys() -> list[str]:
     return keys
 
 
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested recipe dict as {dotted key: value}: the names overrides, grids and reports use."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 # ---- loading -------------------------------------------------------------------------------------
 
 

@@ -89,18 +89,9 @@ class Run:
         return evals[-1]
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def read_run(path: Path, name: str) -> Run:
     from .checkpoint import CONFIG_FILE, SUMMARY_FILE, read_metrics
+    from .recipe import flatten
 
     config = yaml.safe_load((path / CONFIG_FILE).read_text(encoding="utf-8"))
     if not isinstance(config, dict):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .recipe import RecipeError, apply_overrides, load_recipe, parse_override, read_yaml
+from .recipe import RecipeError, apply_overrides, flatten, load_recipe, parse_override, read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
@@ -204,16 +204,6 @@ def cell_names(settings: list[dict[str, str]]) -> list[str]:
 # ---- planning ------------------------------------------------------------------------------------
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _recipe_seed(recipe: Path, overrides: list[str]) -> Any:
     raw = read_yaml(recipe)
     apply_overrides(raw, overrides)
@@ -282,8 +272,8 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         return None
     if not is_run_dir(path):
         return f"{path} exists and is not a recall run directory: move it away or choose another --out"
-    saved = _flat(read_yaml(path / CONFIG_FILE))
-    wanted_flat = _flat(wanted)
+    saved = flatten(read_yaml(path / CONFIG_FILE))
+    wanted_flat = flatten(wanted)
     differ = [k for k in sorted(set(saved) | set(wanted_flat))
               if k != "output_dir" and saved.get(k) != wanted_flat.get(k)]
     if differ:
