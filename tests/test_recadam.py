@@ -151,24 +151,6 @@ def test_fused_kernel_matches_float64_transcription(anneal_fun, weight_decay):
     assert_matches_reference(*result)
 
 
-@pytest.mark.parametrize("anchor_dtype", [None, torch.bfloat16], ids=["fp32_anchor", "bf16_anchor"])
-def test_fused_matches_single_tensor_in_float32(anchor_dtype):
-    """With a parameter whose grad stays None and a zero-size anchored parameter, as for foreach."""
-    data = batches(40, torch.float32)
-    results = []
-    for fused, foreach in ((True, None), (None, False)):
-        model, unused, empty, opt = make_float32_setup(foreach, anchor_dtype, fused=fused)
-        before = unused.detach().clone()
-        train_steps(model, empty, opt, data)
-        assert torch.equal(unused, before) and "step" not in opt.state.get(unused, {})
-        assert opt.state[empty]["step"] == 40
-        results.append((model, opt))
-    (m1, o1), (m2, o2) = results
-    for p, q in zip(m1.parameters(), m2.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
-        torch.testing.assert_close(o1.state[p]["exp_avg_sq"], o2.state[q]["exp_avg_sq"], rtol=1e-6, atol=1e-12)
-
-
 def test_default_kernel_on_cpu_is_fused_else_single_tensor():
     """Defaults: fused where it applies; otherwise the one-tensor kernel on the CPU (bit-identical to
     foreach=False), which benchmarks/optimizer_step.py measures at about half the foreach time there."""
@@ -233,21 +215,30 @@ def train_steps(model, empty, opt, data):
         opt.step()
 
 
+KERNELS = {"single": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
+
+
 @pytest.mark.parametrize("anchor_dtype", [None, torch.bfloat16], ids=["fp32_anchor", "bf16_anchor"])
-def test_foreach_matches_single_tensor(anchor_dtype):
+@pytest.mark.parametrize("kernel", ["foreach", "fused"])
+def test_fast_kernels_match_single_tensor(kernel, anchor_dtype):
+    """In float32, with a parameter whose grad stays None and a zero-size anchored parameter."""
     data = batches(40, torch.float32)
     results = []
-    for foreach in (False, True):
-        model, unused, empty, opt = make_float32_setup(foreach, anchor_dtype)
+    for name in ("single", kernel):
+        options = KERNELS[name]
+        model, unused, empty, opt = make_float32_setup(options.get("foreach"), anchor_dtype, fused=options.get("fused"))
         before = unused.detach().clone()
         train_steps(model, empty, opt, data)
-        assert torch.equal(unused, before) and unused not in opt.state or "step" not in opt.state[unused]
+        assert torch.equal(unused, before) and "step" not in opt.state.get(unused, {})
         assert opt.state[empty]["step"] == 40
         results.append((model, opt))
     (m1, o1), (m2, o2) = results
     for p, q in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
-        torch.testing.assert_close(o1.state[p]["exp_avg"], o2.state[q]["exp_avg"], rtol=1e-6, atol=1e-9)
+        # torch's fused kernel orders the float32 moment arithmetic its own way: over 40 steps an element
+        # of m near cancellation drifts by ~2e-9 (the float64 transcription test holds it to 1e-10).
+        torch.testing.assert_close(o1.state[p]["exp_avg"], o2.state[q]["exp_avg"], rtol=1e-6,
+                                   atol=1e-8 if kernel == "fused" else 1e-9)
         torch.testing.assert_close(o1.state[p]["exp_avg_sq"], o2.state[q]["exp_avg_sq"], rtol=1e-6, atol=1e-12)
     if anchor_dtype is not None:
         assert all(a.dtype == torch.bfloat16 for _, a in o2.anchored())
