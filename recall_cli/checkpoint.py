@@ -106,10 +106,15 @@ def swap_into_place(staging: Path, dest: Path) -> None:
     """Replace ``dest`` by ``staging`` with renames only. Between the two renames only ``dest.old``
     exists; ``find_checkpoint`` falls back to it."""
     old = _old(dest)
+    if not dest.exists():
+        # A kill between the two renames of the last save left only dest.old: put the new checkpoint
+        # in place before deleting it, so that a complete one exists at every moment.
+        os.replace(staging, dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return
     if old.exists():
         shutil.rmtree(old)
-    if dest.exists():
-        os.replace(dest, old)
+    os.replace(dest, old)
     os.replace(staging, dest)
     shutil.rmtree(old, ignore_errors=True)
 
@@ -122,14 +127,18 @@ def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
 
 
 def remove_stale_staging(run_dir: Path) -> None:
-    for path in run_dir.glob(".*.tmp-*"):
+    """Staging folders of saves that a kill interrupted (last/, best/, and the checkpoints/ copies)."""
+    for path in [*run_dir.glob(".*.tmp-*"), *run_dir.glob("checkpoints/.*.tmp-*")]:
         shutil.rmtree(path, ignore_errors=True)
 
 
 # ---- training state ------------------------------------------------------------------------------
 
 
-def capture_rng() -> dict[str, Any]:
+def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
+    """Every random stream the loop draws from. On CUDA, only the training device's: a resume may see
+    another number of GPUs (a sweep re-run with --jobs pins each cell to one), and the other
+    devices' streams are never used."""
     np_state = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -137,8 +146,8 @@ def capture_rng() -> dict[str, Any]:
                   "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
@@ -146,13 +155,13 @@ def rng_file(rank: int) -> str:
     return RNG_FILE if rank == 0 else f"rng_state_rank{rank}.pt"
 
 
-def restore_rng(state: dict[str, Any]) -> None:
+def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> None:
     random.setstate(state["python"])
     n = state["numpy"]
     np.random.set_state(("MT19937", n["keys"].numpy(), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def save_checkpoint(

@@ -37,7 +37,7 @@ def _known_errors():
     from .data import DataError
     from .model import ModelLoadError
     from .recipe import RecipeError
-    from .train import Preempted, TrainingDiverged
+    from .train import DeviceError, Preempted, TrainingDiverged
 
     return [
         (Preempted, EXIT_PREEMPTED),
@@ -45,6 +45,7 @@ def _known_errors():
         (DataError, EXIT_USAGE),
         (ModelLoadError, EXIT_USAGE),
         (RunDirError, EXIT_USAGE),
+        (DeviceError, EXIT_USAGE),
         (TrainingDiverged, EXIT_DIVERGED),
     ]
 

@@ -73,6 +73,9 @@ class Distributed:
         if not self.enabled or dist.is_initialized():
             return
         if device.type == "cuda":
+            # The object collectives (all_gather_object, gather_object) stage their buffers on the
+            # *current* CUDA device: without this every rank would use cuda:0.
+            torch.cuda.set_device(device)
             dist.init_process_group("nccl", device_id=device)
         else:
             dist.init_process_group("gloo")
@@ -205,6 +208,9 @@ def launch(nproc: int, args: Sequence[str], preempted_code: int = 143) -> int:
         exits = sorted((f.timestamp, f.exitcode) for f in err.failures.values() if f.exitcode >= 0)
         code = exits[0][1] if exits else 1
         return code if code in _PASSED_THROUGH else 1
-    except SignalException:
-        # The agent passed the signal on to the workers and waited for them to save and exit.
-        return preempted_code
+    except SignalException as stop:
+        # The agent passed the signal on to the workers and waited for them to exit. Only SIGTERM
+        # makes them save last/ first; Ctrl-C (SIGINT) stops them as interrupted, without a save.
+        if stop.sigval == signal.SIGTERM:
+            return preempted_code
+        return 130 if stop.sigval == signal.SIGINT else 1

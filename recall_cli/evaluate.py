@@ -135,7 +135,10 @@ def evaluate_checkpoint(
         dev[name] = data.tokenize(examples, tokenizer, task_cfg.max_seq_length)
 
     dev_device = resolve_device(device)
-    precision = resolve_precision(recipe.train.precision if recipe else "auto", dev_device)
+    precision = recipe.train.precision if recipe else "auto"
+    if precision == "fp16" and dev_device.type != "cuda":
+        precision = "fp32"  # a run trained in fp16 on a GPU, scored on a CPU: fp32 is exact enough
+    precision = resolve_precision(precision, dev_device)
     if batch_size is None:
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
     model.to(dev_device)

@@ -67,15 +67,19 @@ class Reporter:
 # ---- set-up --------------------------------------------------------------------------------------
 
 
+class DeviceError(ValueError):
+    """The recipe asks for a device or precision this machine does not have; the message says what to set."""
+
+
 def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     """cpu, or cuda; under torchrun cuda:LOCAL_RANK among the devices CUDA_VISIBLE_DEVICES shows."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, or use train.device=cpu)")
+        raise DeviceError("train.device=cuda but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, or use train.device=cpu)")
     if name == "cuda" and local_rank is not None:
         if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(
+            raise DeviceError(
                 f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA devices are visible: start at most "
                 "that many processes per node (torchrun --nproc_per_node), or check CUDA_VISIBLE_DEVICES"
             )
@@ -89,7 +93,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "fp32"
     if name == "fp16" and device.type != "cuda":
-        raise RuntimeError("train.precision=fp16 needs a CUDA device (on CPU use fp32 or bf16)")
+        raise DeviceError("train.precision=fp16 needs a CUDA device (on CPU use fp32 or bf16)")
     return name
 
 
@@ -260,15 +264,17 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
         optimizer.load_state_dict(optim_state["optimizer"])
         if optim_state["scaler"]:
             scaler.load_state_dict(optim_state["scaler"])
-        checkpoint.restore_rng(rng_state)
+        checkpoint.restore_rng(rng_state, device)
         if ctx.is_main:
             checkpoint.truncate_metrics(run_dir, state.step)
     elif ctx.is_main:
         # --resume of a run interrupted before its first checkpoint: start over in the same directory.
         checkpoint.prepare_new_run_dir(run_dir, overwrite=overwrite or resume)
+        # config.yaml and metrics.jsonl first (they make it a run directory), theta* (hundreds of MB)
+        # after: a kill in between leaves a run that --resume simply starts over.
         dump_recipe(recipe, run_dir / checkpoint.CONFIG_FILE)
-        checkpoint.save_anchors(run_dir, anchors)
         (run_dir / checkpoint.METRICS_FILE).touch()
+        checkpoint.save_anchors(run_dir, anchors)
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     ctx.barrier()  # the run directory is ready before anyone goes on
@@ -375,7 +381,7 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
 
                 save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
                 if save_now or stop or step == total_steps:
-                    rng_states = ctx.gather_object(checkpoint.capture_rng())  # each rank's dropout stream
+                    rng_states = ctx.gather_object(checkpoint.capture_rng(device))  # each rank's dropout stream
                     if ctx.is_main:
                         folder = checkpoint.save_checkpoint(
                             run_dir, "last", model, tokenizer, state.__dict__, optimizer, scaler, rng_states

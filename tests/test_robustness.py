@@ -1,0 +1,106 @@
+"""Kills at awkward moments, signals to the launcher, and runs scored on another machine than they trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from recall_cli import checkpoint
+from recall_cli.cli import app
+
+from conftest import tiny_recipe, write_recipe
+
+runner = CliRunner()
+
+
+def finetune(*args: str):
+    return runner.invoke(app, ["finetune", *args, "--plain"])
+
+
+@pytest.fixture
+def short_run(tiny_model_dir, tmp_path):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, train={"max_steps": 3, "eval_every": 0}))
+    result = finetune(str(recipe))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_resume_of_a_run_killed_before_its_first_files_were_written(short_run):
+    """Killed after config.yaml and metrics.jsonl, before theta* and any checkpoint: --resume starts over."""
+    for path in short_run.iterdir():
+        if path.name not in (checkpoint.CONFIG_FILE, checkpoint.METRICS_FILE):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (short_run / checkpoint.METRICS_FILE).write_text("")
+    result = finetune("--resume", str(short_run))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((short_run / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["finished"] is True
+    assert (short_run / checkpoint.ANCHOR_FILE).is_file() and (short_run / "last").is_dir()
+
+
+def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run):
+    """fp16 needs CUDA to train; scoring such a run on a CPU falls back to fp32 and agrees."""
+    config = yaml.safe_load((short_run / "config.yaml").read_text())
+    config["train"]["precision"] = "fp16"
+    (short_run / "config.yaml").write_text(yaml.safe_dump(config))
+    result = runner.invoke(app, ["evaluate", str(short_run), "--json", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((short_run / "summary.json").read_text())
+    assert json.loads(result.stdout)["metrics"]["accuracy"] == summary["best"]["accuracy"]
+
+
+def test_fp16_on_cpu_is_a_usage_error(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "never",
+                                                          train={"precision": "fp16", "device": "cpu"}))
+    result = finetune(str(recipe))
+    assert result.exit_code == 2
+    assert "error: train.precision=fp16 needs a CUDA device (on CPU use fp32 or bf16)" in result.output
+    assert not (tmp_path / "never").exists()
+
+
+def test_swap_when_only_the_old_checkpoint_survived_a_kill(tmp_path):
+    """A kill between the two renames leaves last.old/ alone; the next save must never leave no complete
+    checkpoint: the new one goes in place before last.old/ is deleted."""
+    old = tmp_path / "last.old"
+    old.mkdir()
+    (old / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 5}')
+    assert checkpoint.find_checkpoint(tmp_path) == old
+    staging = checkpoint.new_staging_dir(tmp_path, "last")
+    (staging / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 10}')
+    checkpoint.swap_into_place(staging, tmp_path / "last")
+    assert checkpoint.find_checkpoint(tmp_path) == tmp_path / "last"
+    assert json.loads((tmp_path / "last" / checkpoint.TRAINER_STATE_FILE).read_text()) == {"step": 10}
+    assert not old.exists() and not staging.exists()
+
+
+def test_stale_staging_folders_are_removed_from_checkpoints_too(tmp_path):
+    (tmp_path / ".last.tmp-abc").mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / ".step-7.tmp-xyz").mkdir()
+    (tmp_path / "checkpoints" / "step-5").mkdir()
+    checkpoint.remove_stale_staging(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["checkpoints", "step-5"]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 1)])
+def test_nproc_launcher_exit_code_follows_the_signal(monkeypatch, sig, code):
+    """Only SIGTERM makes the workers save last/ before exiting: only it may be reported as 143."""
+    import torch.distributed.launcher.api as launcher_api
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from recall_cli.distributed import launch
+
+    def fake_elastic_launch(config, entrypoint):
+        def run(*args):
+            raise SignalException(f"Process {os.getpid()} got signal: {sig}", sigval=sig)
+        return run
+
+    monkeypatch.setattr(launcher_api, "elastic_launch", fake_elastic_launch)
+    assert launch(2, ["finetune", "r.yaml"]) == code
