@@ -385,8 +385,10 @@ class _Running:
 def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, poll_s: float = 0.2) -> list[Cell]:
     """Run every cell that is not finished, ``jobs`` at a time; returns the cells that failed.
 
-    On Ctrl-C (or SIGTERM to this process) the children are interrupted, which checkpoints them, the
-    index marks them interrupted, and KeyboardInterrupt propagates: re-running the sweep resumes them.
+    On Ctrl-C or SIGTERM to this process the children are stopped and the index marks them
+    interrupted; re-running the sweep resumes them from their last checkpoint. SIGTERM makes each
+    child save last/ before it exits; Ctrl-C stops them without a save, so they resume from their
+    latest periodic checkpoint.
     """
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
