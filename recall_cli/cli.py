@@ -126,9 +126,7 @@ def _print_dry_run(recipe, world_size: int = 1) -> None:
         from . import data
         from .train import plan_total_steps
 
-        n = len(data.load_split(recipe.task, "train").labels)
-        if recipe.task.max_train_examples:
-            n = min(n, recipe.task.max_train_examples)
+        n = len(data.load_split(recipe.task, "train", recipe.task.max_train_examples))
         total = plan_total_steps(recipe, n, world_size)
     t0 = recipe.anneal_t0_steps(total)
     typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")

@@ -191,15 +191,20 @@ class Examples:
         return len(self.texts)
 
 
-def load_split(task_cfg: Any, split: str) -> Examples:
-    """Load ``split`` ("train", "dev", or for MNLI "dev_matched" / "dev_mismatched") of a task."""
+def load_split(task_cfg: Any, split: str, limit: int | None = None) -> Examples:
+    """Load ``split`` ("train", "dev", or for MNLI "dev_matched" / "dev_mismatched") of a task;
+    with ``limit``, only its first ``limit`` examples (task.max_train_examples / max_eval_examples)."""
     spec = task_spec(task_cfg)
     split = _normalise_split(spec, split)
     if spec.name == "custom":
-        return _load_custom(task_cfg, spec, split)
-    if task_cfg.data_dir:
-        return _load_glue_tsv(spec, Path(task_cfg.data_dir), split)
-    return _load_glue_hub(spec, split)
+        examples = _load_custom(task_cfg, spec, split)
+    elif task_cfg.data_dir:
+        examples = _load_glue_tsv(spec, Path(task_cfg.data_dir), split)
+    else:
+        examples = _load_glue_hub(spec, split)
+    if limit is not None:
+        examples = Examples(examples.texts[:limit], examples.labels[:limit], examples.source)
+    return examples
 
 
 def _normalise_split(spec: TaskSpec, split: str) -> str:

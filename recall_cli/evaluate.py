@@ -129,9 +129,7 @@ def evaluate_checkpoint(
     model = load_checkpoint_model(folder)
     dev = {}
     for name in splits:
-        examples = data.load_split(task_cfg, name)
-        if task_cfg.max_eval_examples is not None:
-            examples = data.Examples(examples.texts[: task_cfg.max_eval_examples], examples.labels[: task_cfg.max_eval_examples], examples.source)
+        examples = data.load_split(task_cfg, name, task_cfg.max_eval_examples)
         dev[name] = data.tokenize(examples, tokenizer, task_cfg.max_seq_length)
 
     dev_device = resolve_device(device)

@@ -426,9 +426,7 @@ def dev_label_shares(settings: dict[str, Any]) -> dict[Any, float] | None:
             from . import data
             from .recipe import TaskConfig
 
-            labels = list(data.load_split(TaskConfig(**task), "dev").labels)
-            if task.get("max_eval_examples"):
-                labels = labels[: task["max_eval_examples"]]
+            labels = list(data.load_split(TaskConfig(**task), "dev", task.get("max_eval_examples")).labels)
             if labels and all(isinstance(x, int) for x in labels):
                 shares = {label: count / len(labels) for label, count in Counter(labels).items()}
         except Exception:  # noqa: BLE001 - the check is a hint; unreadable data just skips it

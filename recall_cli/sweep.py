@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .recipe import RecipeError, apply_overrides, flatten, load_recipe, parse_override, read_yaml
+from .recipe import RecipeError, TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
@@ -208,7 +208,8 @@ def _recipe_seed(recipe: Path, overrides: list[str]) -> Any:
     raw = read_yaml(recipe)
     apply_overrides(raw, overrides)
     train = raw.get("train")
-    return train.get("seed", 42) if isinstance(train, dict) else 42
+    default = TrainConfig().seed
+    return train.get("seed", default) if isinstance(train, dict) else default
 
 
 def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides: list[str], out: Path) -> Sweep:
@@ -265,7 +266,7 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
 
 def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
     """Set the cell's state from its directory; a problem if the directory holds something else."""
-    from .checkpoint import CONFIG_FILE, SUMMARY_FILE, is_run_dir
+    from .checkpoint import CONFIG_FILE, is_run_dir
 
     path = cell.path
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
@@ -280,17 +281,10 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted_flat.get(k)!r} now" for k in differ[:3])
         return (f"{path} holds a run with other settings ({shown}): choose another --out, "
                 "or delete the directory to run the cell again")
-    summary = path / SUMMARY_FILE
-    finished = False
-    if summary.is_file():
-        try:
-            data = json.loads(summary.read_text(encoding="utf-8"))
-            finished = bool(data.get("finished"))
-            cell.main = (data.get("final") or {}).get("main")
-        except (json.JSONDecodeError, AttributeError):
-            finished = False
-    if finished:
+    summary = _read_summary(path)
+    if summary.get("finished"):
         cell.state = FINISHED
+        cell.main = _final_main(summary)
     else:
         cell.resume = True
     return None
@@ -443,7 +437,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                 job.log.close()
                 cell = job.cell
                 cell.exit_code, cell.seconds = code, time.monotonic() - job.started
-                cell.main = _final_main(cell.path) if code == 0 else None
+                cell.main = _final_main(_read_summary(cell.path)) if code == 0 else None
                 cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED_CODES else FAILED)
                 cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
                 finished_count += cell.state == FINISHED
@@ -488,9 +482,16 @@ def _stop(running: list[_Running]) -> None:
             job.process.wait()
 
 
-def _final_main(path: Path) -> float | None:
+def _read_summary(path: Path) -> dict[str, Any]:
+    """A cell's summary.json, or {} while it has none (not finished) or it cannot be read."""
+    from .checkpoint import SUMMARY_FILE
+
     try:
-        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return None
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def _final_main(summary: dict[str, Any]) -> float | None:
     return (summary.get("final") or {}).get("main")

@@ -122,10 +122,7 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     spec = data.task_spec(cfg)
 
     def features(split: str, limit: int | None) -> data.Features:
-        examples = data.load_split(cfg, split)
-        if limit is not None:
-            examples = data.Examples(examples.texts[:limit], examples.labels[:limit], examples.source)
-        return data.tokenize(examples, tokenizer, cfg.max_seq_length)
+        return data.tokenize(data.load_split(cfg, split, limit), tokenizer, cfg.max_seq_length)
 
     train = features("train", cfg.max_train_examples)
     dev = {split: features(split, cfg.max_eval_examples) for split in spec.dev_splits}
@@ -244,9 +241,8 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
     model.to(device)
     model.train()
     optimizer = build_optimizer(model, anchors, recipe, total_steps)
-    if any(True for _ in optimizer.anchored()):
-        pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
-    else:  # adamw: keep theta* only to measure forgetting
+    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
+    if not pairs:  # adamw: keep theta* only to measure forgetting
         anchor_dtype = torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else torch.float32
         pairs = [(p, anchors[n].to(device, anchor_dtype)) for n, p in model.named_parameters() if n in anchors]
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
@@ -398,7 +394,7 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
     distances = ctx.all_gather_object(final_distance)
     if not ctx.is_main:
         return {"steps": state.step, "final_distance": final_distance, "rank": ctx.rank}
-    summary = build_summary(recipe, run_dir, state, total_steps, pairs, device, precision)
+    summary = build_summary(recipe, run_dir, state, total_steps, final_distance, device, precision)
     summary["world_size"] = ctx.world_size
     summary["global_batch_size"] = tc.batch_size * ctx.world_size * tc.grad_accum
     if ctx.enabled:
@@ -408,7 +404,7 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
     return summary
 
 
-def build_summary(recipe, run_dir, state, total_steps, pairs, device, precision) -> dict[str, Any]:
+def build_summary(recipe, run_dir, state, total_steps, final_distance, device, precision) -> dict[str, Any]:
     import transformers
 
     evals = [r for r in checkpoint.read_metrics(run_dir) if r["split"] == "eval"]
@@ -429,7 +425,7 @@ def build_summary(recipe, run_dir, state, total_steps, pairs, device, precision)
         "finished": state.step >= total_steps,
         "best": metric_names(best) if best else None,
         "final": metric_names(evals[-1]) if evals else None,
-        "final_distance": distance_to_anchor(*zip(*pairs)) if pairs else 0.0,
+        "final_distance": final_distance,
         "train_seconds": state.train_seconds,
         "samples_per_s": state.samples / max(state.train_seconds, 1e-9),
         "device": str(device),

@@ -415,16 +415,20 @@ def _multi_tensor_recadam(
         del denom
 
         if decoupled and anchored_pos:
-            if all(a.dtype == p.dtype for a, p in zip(a_anchors, a_params)):
-                torch._foreach_lerp_(a_params, a_anchors, a_pulls)
-            else:
-                # Anchors kept in a narrower dtype (bfloat16): upcast one tensor at a time so the
-                # temporary stays the size of one parameter, not of the model.
-                for p, anchor, pull in zip(a_params, a_anchors, a_pulls):
-                    p.lerp_(anchor.to(p.dtype), pull)
-
+            _pull_toward_anchors(a_params, a_anchors, a_pulls)
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)
+
+
+def _pull_toward_anchors(params: list[Tensor], anchors: list[Tensor], pulls: list[float]) -> None:
+    """theta -= pull * (theta - theta*), i.e. lerp(theta, theta*, pull): one pass, no temporary."""
+    if all(a.dtype == p.dtype for a, p in zip(anchors, params)):
+        torch._foreach_lerp_(params, anchors, pulls)
+    else:
+        # Anchors kept in a narrower dtype (bfloat16): upcast one tensor at a time so the
+        # temporary stays the size of one parameter, not of the model.
+        for p, anchor, pull in zip(params, anchors, pulls):
+            p.lerp_(anchor.to(p.dtype), pull)
 
 
 def _fused_recadam(
@@ -480,12 +484,7 @@ def _fused_recadam(
         )
         if anchored:
             pull = lr * (anneal_w - lam) * pretrain_cof
-            b_anchors = [anchors[i] for i in indices]
-            if all(a.dtype == p.dtype for a, p in zip(b_anchors, b_params)):
-                torch._foreach_lerp_(b_params, b_anchors, pull)
-            else:
-                for p, anchor in zip(b_params, b_anchors):
-                    p.lerp_(anchor.to(p.dtype), pull)
+            _pull_toward_anchors(b_params, [anchors[i] for i in indices], [pull] * len(indices))
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)
 
