@@ -1,8 +1,17 @@
 """Training throughput of `recall finetune` (RecAdam and AdamW) against Hugging Face `Trainer`.
 
-All three train the same model (built from a config, random weights: speed needs no real weights)
+All loops train the same model (built from a config, random weights: speed needs no real weights)
 on the same real GLUE rows, with the same batch size, sequence length, precision and number of
-steps. Each configuration runs in its own process (so that peak memory is its own), in rounds that
+steps. Two kinds of data:
+
+- `--data full` (default), equal work: MRPC sentences joined so that every example fills
+  max_seq_length. Every batch has the same shape in every loop, so the ratios measure the loops
+  themselves (their overhead), nothing else.
+- `--data glue`, the rows of a bundled GLUE task as they are (`--task`). recall pads each batch to
+  its longest row; Trainer runs twice: with DataCollatorWithPadding (the same dynamic padding) and
+  with every row padded to max_seq_length, as Hugging Face's run_glue.py example does by default
+  (`pad_to_max_length`) and as the released RecAdam script does. Masked padding changes no result,
+  only the work done. Each configuration runs in its own process (so that peak memory is its own), in rounds that
 alternate the configurations, so that drift of the machine hits all of them alike.
 
 Throughput is steady-state samples/s: the wall time between the ends of consecutive optimizer steps
@@ -39,7 +48,10 @@ SHAPES = {
     "bert-base": (768, 12, 12, 3072),
 }
 CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
-WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads")
+GLUE_CONFIGS = ("trainer-padded", *CONFIGS)
+GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
+WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",
+               "data", "task")
 
 
 def build_model_dir(shape: str, folder: Path) -> Path:
@@ -75,12 +87,23 @@ def build_data_file(args, path: Path) -> Path:
     return path
 
 
+def task_dict(args) -> dict:
+    if args.data == "glue":
+        return {"name": args.task, "data_dir": str(REPO / "data" / "glue" / GLUE_FOLDERS[args.task]),
+                "max_seq_length": args.seq_len, "max_eval_examples": 32}
+    return {"name": "custom", "train_file": args.data_file, "dev_file": args.data_file, "text_fields": ["text"],
+            "label_field": "label", "num_labels": 2, "label_names": ["0", "1"],
+            "max_seq_length": args.seq_len, "max_eval_examples": 32}
+
+
+def num_labels(args) -> int:
+    return 1 if args.data == "glue" and args.task == "stsb" else 2
+
+
 def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path) -> dict:
     return {
         "model": {"name_or_path": str(model_dir), "init": "pretrained"},
-        "task": {"name": "custom", "train_file": args.data_file, "dev_file": args.data_file, "text_fields": ["text"],
-                 "label_field": "label", "num_labels": 2, "label_names": ["0", "1"],
-                 "max_seq_length": args.seq_len, "max_eval_examples": 32},
+        "task": task_dict(args),
         "optimizer": {"name": optimizer, "lr": 2e-5, "anneal_k": 0.1, "anneal_t0": 10, "pretrain_cof": 5000.0},
         "train": {"batch_size": args.batch_size, "max_steps": args.steps, "log_every": args.log_every,
                   "eval_every": 0, "precision": args.precision, "device": args.device, "seed": 1},
@@ -127,7 +150,7 @@ def run_recall(args, model_dir: Path, optimizer: str) -> dict:
     return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optimizer}
 
 
-def run_trainer(args, model_dir: Path) -> dict:
+def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False) -> dict:
     import torch
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               Trainer, TrainerCallback, TrainingArguments)
@@ -140,9 +163,13 @@ def run_trainer(args, model_dir: Path) -> dict:
     recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
-    assert all(len(ids) == args.seq_len for ids in features.input_ids), "every example fills max_seq_length"
-    rows = [{"input_ids": ids, "token_type_ids": types, "attention_mask": [1] * len(ids), "labels": label}
-            for ids, types, label in zip(features.input_ids, features.token_type_ids, features.labels)]
+    if args.data == "full":
+        assert all(len(ids) == args.seq_len for ids in features.input_ids), "every example fills max_seq_length"
+    rows = []
+    for ids, types, label in zip(features.input_ids, features.token_type_ids, features.labels):
+        pad = args.seq_len - len(ids) if pad_to_max_length else 0
+        rows.append({"input_ids": ids + [tokenizer.pad_token_id] * pad, "token_type_ids": types + [0] * pad,
+                     "attention_mask": [1] * len(ids) + [0] * pad, "labels": label})
 
     clock = StepClock()
 
@@ -151,7 +178,7 @@ def run_trainer(args, model_dir: Path) -> dict:
             clock.tick()
 
     torch.manual_seed(1)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels(args))
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
@@ -181,13 +208,16 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     torch.manual_seed(1)
     device = torch.device(args.device)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2).to(device).train()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels(args)).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
     clock = StepClock()
+    # A seeded shuffle, like the other loops' samplers: with real rows, batch widths depend on the draw.
+    order = torch.randperm(len(features), generator=torch.Generator().manual_seed(1)).tolist()
     for step in range(args.steps):
-        indices = list(range(step * args.batch_size, (step + 1) * args.batch_size))
+        start = step * args.batch_size % len(order)
+        indices = order[start : start + args.batch_size]
         batch = {k: v.to(device) for k, v in data.collate(features, indices, tokenizer.pad_token_id).items()}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = model(**batch).loss
@@ -210,6 +240,8 @@ def worker(args) -> None:
     model_dir = Path(args.model_dir)
     if args.worker == "trainer":
         result = run_trainer(args, model_dir)
+    elif args.worker == "trainer-padded":
+        result = run_trainer(args, model_dir, pad_to_max_length=True)
     elif args.worker == "bare-loop":
         result = run_bare_loop(args, model_dir)
     else:
@@ -230,7 +262,10 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--data", choices=("full", "glue"), default="full",
+                        help="full: every example fills --seq-len (equal work); glue: a bundled task's rows as they are")
+    parser.add_argument("--task", choices=sorted(GLUE_FOLDERS), default="mrpc", help="the GLUE task for --data glue")
+    parser.add_argument("--worker", choices=GLUE_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--data-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -239,15 +274,16 @@ def main() -> None:
         worker(args)
         return
 
-    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    configs = GLUE_CONFIGS if args.data == "glue" else CONFIGS
+    results: dict[str, list[dict]] = {name: [] for name in configs}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model_dir(args.shape, Path(tmp) / "model")
-        data_file = build_data_file(args, Path(tmp) / "train.jsonl")
+        data_file = build_data_file(args, Path(tmp) / "train.jsonl") if args.data == "full" else Path("unused")
         passthrough = [f"--{key.replace('_', '-')}={getattr(args, key)}" for key in WORKER_ARGS]
         for round_ in range(args.rounds):
             # Rotate the order each round so that no configuration always runs first.
-            shift = round_ % len(CONFIGS)
-            order = CONFIGS[shift:] + CONFIGS[:shift]
+            shift = round_ % len(configs)
+            order = configs[shift:] + configs[:shift]
             for name in order:
                 cmd = [sys.executable, __file__, *passthrough, "--worker", name, "--model-dir", str(model_dir), "--data-file", str(data_file)]
                 done = subprocess.run(cmd, capture_output=True, text=True)
@@ -261,18 +297,23 @@ def main() -> None:
         return statistics.median(r[key] for r in results[name])
 
     base = med("trainer", "samples_per_s")
-    print(f"\n{args.shape}-shaped BERT, MRPC sentences filling every sequence, batch {args.batch_size}, max_seq_length {args.seq_len}, "
+    rows = "MRPC sentences filling every sequence" if args.data == "full" else f"{args.task} train rows as they are"
+    print(f"\n{args.shape}-shaped BERT, {rows}, batch {args.batch_size}, max_seq_length {args.seq_len}, "
           f"{args.precision}, {args.device}, {args.steps} steps (first {args.warmup} untimed), "
           f"median of {args.rounds} rounds; Trainer optimizer: {results['trainer'][0]['optimizer']}")
     memory = "peak CUDA memory (MiB)" if args.device == "cuda" else "peak RSS (MiB)"
     print(f"| loop | samples/s | ratio to Trainer | {memory} |")
     print("|---|---:|---:|---:|")
-    for name in CONFIGS:
+    for name in configs:
         sps = med(name, "samples_per_s")
         print(f"| {name} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
     recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
     print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
           f"peak memory RecAdam / AdamW: {med('recall-recadam', 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}")
+    if args.data == "glue":
+        padded = med("trainer-padded", "samples_per_s")
+        print(f"recall RecAdam / Trainer padding every row to {args.seq_len} tokens (run_glue.py's default): "
+              f"{recadam / padded:.2f}; recall AdamW / the same: {adamw / padded:.2f}")
 
 
 if __name__ == "__main__":

@@ -153,7 +153,39 @@ class BatchOrder:
         return self._perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
 
 
-WINDOW_KEYS = ("loss", "grad_norm", "steps", "samples", "seconds")
+WINDOW_KEYS = ("loss", "grad_norm", "steps", "samples", "seconds", "stepped", "skipped")
+
+
+def add_to_window(window: dict[str, float], loss: float, grad_norm: float, samples: int, seconds: float,
+                  skipped: bool) -> None:
+    """Adds one optimizer step to the running sums of the next train record.
+
+    A step that fp16's GradScaler skipped (its gradients overflowed) has an inf/nan norm that says
+    nothing about training: it is counted in "skipped" and left out of the grad_norm average."""
+    # A window saved by version 0.1 lacks the skip counters: every step in it had its norm added.
+    window.setdefault("stepped", window.get("steps", 0.0))
+    window.setdefault("skipped", 0.0)
+    window["loss"] += loss
+    window["steps"] += 1
+    window["samples"] += samples
+    window["seconds"] += seconds
+    if skipped:
+        window["skipped"] += 1
+    else:
+        window["grad_norm"] += grad_norm
+        window["stepped"] += 1
+
+
+def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, float | int | None]:
+    """The averaged fields of a train record: grad_norm is null when every step in it was skipped."""
+    fields: dict[str, float | int | None] = {
+        "loss": window["loss"] / window["steps"],
+        "grad_norm": window["grad_norm"] / window["stepped"] if window["stepped"] else None,
+        "samples_per_s": window["samples"] / max(window["seconds"], 1e-9),
+    }
+    if scaler_enabled:
+        fields["skipped_steps"] = int(window["skipped"])
+    return fields
 
 
 @dataclass
@@ -333,11 +365,10 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
 
                 elapsed = time.perf_counter() - t_start
                 state.train_seconds += elapsed
-                window["loss"] += loss_value
-                window["grad_norm"] += float(grad_norm)
-                window["steps"] += 1
-                window["samples"] += samples
-                window["seconds"] += elapsed
+                norm = float(grad_norm)
+                # With the scaler on, a non-finite norm means scaler.step skipped this update.
+                skipped = scaler.is_enabled() and not math.isfinite(norm)
+                add_to_window(window, loss_value, norm, samples, elapsed, skipped)
 
                 if step % tc.log_every == 0 or step == total_steps:
                     lam = optimizer.current_lambda
@@ -347,16 +378,16 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
                         replicas_differ = True
                         reporter.warn(f"step {step}: the replicas' distances to theta* differ across ranks "
                                       "(a non-deterministic kernel?); logging rank 0's")
+                    averages = window_fields(window, scaler.is_enabled())
                     record = {
                         "step": step,
                         "split": "train",
                         "epoch": round(state.micro_step / order.per_epoch, 4),
-                        "loss": window["loss"] / window["steps"],
+                        "loss": averages.pop("loss"),
                         "lr": lr,
                         "lambda": 1.0 if lam is None else lam,
                         "distance": distance,
-                        "grad_norm": window["grad_norm"] / window["steps"],
-                        "samples_per_s": window["samples"] / max(window["seconds"], 1e-9),
+                        **averages,
                     }
                     writer.write(record)
                     reporter.train(record)
