@@ -11,7 +11,9 @@ steps. Two kinds of data:
   its longest row; Trainer runs twice: with DataCollatorWithPadding (the same dynamic padding) and
   with every row padded to max_seq_length, as Hugging Face's run_glue.py example does by default
   (`pad_to_max_length`) and as the released RecAdam script does. Masked padding changes no result,
-  only the work done. Each configuration runs in its own process (so that peak memory is its own), in rounds that
+  only the work done.
+
+Each configuration runs in its own process (so that peak memory is its own), in rounds that
 alternate the configurations, so that drift of the machine hits all of them alike.
 
 Throughput is steady-state samples/s: the wall time between the ends of consecutive optimizer steps
@@ -49,7 +51,6 @@ SHAPES = {
 }
 CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
 GLUE_CONFIGS = ("trainer-padded", *CONFIGS)
-GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
 WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",
                "data", "task")
 
@@ -87,17 +88,21 @@ def build_data_file(args, path: Path) -> Path:
     return path
 
 
+def bundled_glue_tasks() -> dict[str, Path]:
+    """The GLUE tasks whose files the project ships, with their folders."""
+    from recall_cli.data import GLUE_FOLDERS
+
+    folders = {task: REPO / "data" / "glue" / folder for task, folder in GLUE_FOLDERS.items()}
+    return {task: folder for task, folder in folders.items() if folder.is_dir()}
+
+
 def task_dict(args) -> dict:
     if args.data == "glue":
-        return {"name": args.task, "data_dir": str(REPO / "data" / "glue" / GLUE_FOLDERS[args.task]),
+        return {"name": args.task, "data_dir": str(bundled_glue_tasks()[args.task]),
                 "max_seq_length": args.seq_len, "max_eval_examples": 32}
     return {"name": "custom", "train_file": args.data_file, "dev_file": args.data_file, "text_fields": ["text"],
             "label_field": "label", "num_labels": 2, "label_names": ["0", "1"],
             "max_seq_length": args.seq_len, "max_eval_examples": 32}
-
-
-def num_labels(args) -> int:
-    return 1 if args.data == "glue" and args.task == "stsb" else 2
 
 
 def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path) -> dict:
@@ -178,7 +183,7 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False) -> dict:
             clock.tick()
 
     torch.manual_seed(1)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels(args))
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=data.task_spec(recipe.task).num_labels)
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
@@ -208,7 +213,8 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     torch.manual_seed(1)
     device = torch.device(args.device)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels(args)).to(device).train()
+    num_labels = data.task_spec(recipe.task).num_labels
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
@@ -264,7 +270,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--data", choices=("full", "glue"), default="full",
                         help="full: every example fills --seq-len (equal work); glue: a bundled task's rows as they are")
-    parser.add_argument("--task", choices=sorted(GLUE_FOLDERS), default="mrpc", help="the GLUE task for --data glue")
+    parser.add_argument("--task", choices=sorted(bundled_glue_tasks()), default="mrpc", help="the GLUE task for --data glue")
     parser.add_argument("--worker", choices=GLUE_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--data-file", help=argparse.SUPPRESS)

@@ -162,9 +162,6 @@ def add_to_window(window: dict[str, float], loss: float, grad_norm: float, sampl
 
     A step that fp16's GradScaler skipped (its gradients overflowed) has an inf/nan norm that says
     nothing about training: it is counted in "skipped" and left out of the grad_norm average."""
-    # A window saved by version 0.1 lacks the skip counters: every step in it had its norm added.
-    window.setdefault("stepped", window.get("steps", 0.0))
-    window.setdefault("skipped", 0.0)
     window["loss"] += loss
     window["steps"] += 1
     window["samples"] += samples
@@ -199,6 +196,11 @@ class TrainerState:
     world_size: int = 1  # a run resumes only with the number of processes it was trained with
     # Running sums since the last train record: saved so that a resumed run logs the same averages.
     window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WINDOW_KEYS, 0.0))
+
+    def __post_init__(self) -> None:
+        # A checkpoint saved by version 0.1 lacks the skip counters: every step in its window had its norm added.
+        self.window.setdefault("stepped", self.window.get("steps", 0.0))
+        self.window.setdefault("skipped", 0.0)
 
 
 def build_optimizer(model, anchors, recipe: Recipe, total_steps: int) -> torch.optim.Optimizer:

@@ -2,7 +2,7 @@
 
 import math
 
-from recall_cli.train import WINDOW_KEYS, add_to_window, window_fields
+from recall_cli.train import WINDOW_KEYS, TrainerState, add_to_window, window_fields
 
 
 def fresh() -> dict[str, float]:
@@ -37,8 +37,9 @@ def test_a_window_of_only_skipped_steps_logs_a_null_grad_norm_not_nan():
 
 
 def test_a_window_saved_before_the_skip_counters_existed_still_adds_up():
-    # A checkpoint written by the previous version holds only these five sums.
-    window = {"loss": 1.0, "grad_norm": 2.0, "steps": 2.0, "samples": 64.0, "seconds": 4.0}
+    # A checkpoint written by the previous version holds only these five sums; resume rebuilds the state from it.
+    saved = {"step": 2, "window": {"loss": 1.0, "grad_norm": 2.0, "steps": 2.0, "samples": 64.0, "seconds": 4.0}}
+    window = TrainerState(**saved).window
     add_to_window(window, loss=0.5, grad_norm=1.0, samples=32, seconds=2.0, skipped=False)
     assert window["stepped"] == 3 and window["skipped"] == 0
     assert window_fields(window, scaler_enabled=False) == {"loss": 0.5, "grad_norm": 1.0, "samples_per_s": 16.0}
