@@ -37,7 +37,8 @@ def _known_errors():
     from .data import DataError
     from .model import ModelLoadError
     from .recipe import RecipeError
-    from .train import DeviceError, Preempted, TrainingDiverged
+    from .runtime import DeviceError
+    from .train import Preempted, TrainingDiverged
 
     return [
         (Preempted, EXIT_PREEMPTED),

@@ -95,7 +95,7 @@ def evaluate_checkpoint(
     from . import checkpoint, data
     from .model import load_checkpoint_model, load_tokenizer
     from .recipe import TaskConfig, read_yaml, recipe_from_dict
-    from .train import autocast_for, resolve_device, resolve_precision
+    from .runtime import autocast_for, resolve_device, resolve_precision
 
     path = Path(path)
     if not path.exists():
