@@ -46,8 +46,9 @@ def is_run_dir(path: Path) -> bool:
 
 
 def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """The refusals of :func:`prepare_new_run_dir` without touching anything: every rank of a
-    distributed run checks this before the process group exists, so all of them fail alike."""
+    """Refuse to clobber an existing directory unless asked, and never replace one that is not a run.
+    Touches nothing: every rank of a distributed run checks this before the process group exists, so
+    all of them fail alike (:class:`NewRunDir` applies it)."""
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunDirError(
@@ -59,14 +60,6 @@ def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
                 f"output_dir {run_dir} exists and is not a recall run directory: --overwrite only replaces runs; "
                 "choose another output_dir"
             )
-
-
-def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Refuse to clobber an existing directory unless asked; never delete something that is not a run."""
-    check_new_run_dir(run_dir, overwrite)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 class NewRunDir:

@@ -118,13 +118,15 @@ def finetune(
 
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
+    from . import data
     from .optim import anneal_lambda
     from .preflight import for_dry_run
     from .recipe import schedule_warnings
     from .train import plan_total_steps
 
-    checks, n_train = for_dry_run(recipe, world_size)
     tc, oc = recipe.train, recipe.optimizer
+    examples = data.load_split(recipe.task, "train", recipe.task.max_train_examples)
+    n_train = len(examples)
     total = plan_total_steps(recipe, n_train, world_size)
     t0 = recipe.anneal_t0_steps(total)
     lambdas = {}
@@ -133,6 +135,9 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
         lambdas = {t: anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w) for t in points}
     warnings = schedule_warnings(recipe, total)
+    if not as_json:  # the plan first: it needs no model, and a model that cannot load stops what follows
+        _print_plan(recipe, world_size, total, t0, lambdas, warnings)
+    checks = for_dry_run(recipe, examples, world_size)
     if as_json:
         plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
                 "global_batch": tc.batch_size * world_size * tc.grad_accum,
@@ -140,17 +145,21 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
         typer.echo(json.dumps({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings,
                                **checks.to_dict()}, indent=2))
     else:
-        typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
-        typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
-        if world_size > 1:
-            typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
-                       f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
-        if lambdas:
-            typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
         _print_checks(checks)
-        for message in warnings:
-            typer.echo(f"warning: {message}", err=True)
     checks.raise_on_failure()
+
+
+def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
+    tc = recipe.train
+    typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
+    typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
+    if world_size > 1:
+        typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
+                   f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
+    if lambdas:
+        typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
+    for message in warnings:
+        typer.echo(f"warning: {message}", err=True)
 
 
 def _print_checks(checks) -> None:

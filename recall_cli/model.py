@@ -106,10 +106,14 @@ def load_config(name_or_path: str, trust_remote_code: bool = False):
     return _load("model config", AutoConfig.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
 
 
+# Architectures whose `classifier` head a sequence classifier would load: a head trained for some task.
+_TRAINED_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForMultipleChoice")
+
+
 def is_trained_classifier(config) -> bool:
-    """A checkpoint saved from a sequence classifier (e.g. a recall run's best/): its head was trained
-    for some task. A pretrained encoder's config names the encoder or a pretraining architecture."""
-    return any(name.endswith("ForSequenceClassification") for name in (getattr(config, "architectures", None) or ()))
+    """A checkpoint saved from a fine-tuned classifier (e.g. a recall run's best/). A pretrained
+    encoder's config names the encoder or a pretraining architecture (ForMaskedLM, ForPreTraining)."""
+    return any(name.endswith(_TRAINED_HEADS) for name in (getattr(config, "architectures", None) or ()))
 
 
 def head_is_new(cfg: ModelConfig, config) -> bool:
