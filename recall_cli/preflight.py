@@ -44,7 +44,7 @@ BYTES_PER_TOKEN = 300
 # Models whose position ids start after the padding index (RoBERTa's offset): pad_token_id + 1 of
 # their max_position_embeddings are not usable positions.
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
-                     "roberta-prelayernorm", "mpnet", "ibert", "bart", "mbart")
+                     "roberta-prelayernorm", "mpnet", "ibert")
 
 
 class PreflightError(ValueError):
