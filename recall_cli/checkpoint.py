@@ -46,8 +46,9 @@ def is_run_dir(path: Path) -> bool:
 
 
 def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """The refusals of :func:`prepare_new_run_dir` without touching anything: every rank of a
-    distributed run checks this before the process group exists, so all of them fail alike."""
+    """Refuse to clobber an existing directory unless asked, and never replace one that is not a run.
+    Touches nothing: every rank of a distributed run checks this before the process group exists, so
+    all of them fail alike (:class:`NewRunDir` applies it)."""
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunDirError(
@@ -61,12 +62,46 @@ def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
             )
 
 
-def prepare_new_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Refuse to clobber an existing directory unless asked; never delete something that is not a run."""
-    check_new_run_dir(run_dir, overwrite)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+class NewRunDir:
+    """A new run directory that exists for good only once the run has taken its first optimizer step.
+
+    ``begin`` moves an old run (--overwrite) aside to a hidden sibling instead of deleting it;
+    ``commit`` (after the first step) deletes that old run; ``rollback`` (a failure before it) deletes
+    what the new run wrote and moves the old run back, so the directory is as it was before the
+    command (a new run leaves none). A kill -9 in between leaves the old run in ``.NAME.replaced-PID``.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.aside: Path | None = None
+        self.existed = False
+        self.open = False
+
+    def begin(self, overwrite: bool) -> None:
+        check_new_run_dir(self.run_dir, overwrite)
+        self.existed = self.run_dir.exists()
+        if self.existed and any(self.run_dir.iterdir()):
+            self.aside = self.run_dir.with_name(f".{self.run_dir.name}.replaced-{os.getpid()}")
+            os.replace(self.run_dir, self.aside)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.open = True
+
+    def commit(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        if self.aside is not None:
+            shutil.rmtree(self.aside, ignore_errors=True)
+
+    def rollback(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.aside is not None:
+            os.replace(self.aside, self.run_dir)
+        elif self.existed:
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # it was an empty folder
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

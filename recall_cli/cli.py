@@ -58,6 +58,7 @@ def finetune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, print the resolved recipe and lambda(t) plan, exit.")] = False,
     plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain log lines or a live progress bar (default: rich on a TTY).", show_default=False)] = None,
     nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, help="Start N processes on this machine under torchrun (DDP: nccl on CUDA, gloo on CPU). train.batch_size is per process.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: one JSON object (recipe, plan, preflight checks, memory estimate).")] = False,
 ) -> None:
     """Fine-tune a model as a recipe says, writing a run directory (see README: the run directory).
 
@@ -90,8 +91,10 @@ def finetune(
         torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
         if nproc is not None and "WORLD_SIZE" in os.environ and nproc != torchrun_world:
             fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", EXIT_USAGE)
+        if as_json and not dry_run:
+            fail("--json goes with --dry-run (a run writes its records to metrics.jsonl)", EXIT_USAGE)
         if dry_run:
-            _print_dry_run(loaded, nproc or torchrun_world)
+            _print_dry_run(loaded, nproc or torchrun_world, as_json)
             return
         if nproc is not None and nproc > 1 and "WORLD_SIZE" not in os.environ:
             # The recipe is valid (checked above, once); the workers run this same command without --nproc.
@@ -114,32 +117,68 @@ def finetune(
     run_guarded(go)
 
 
-def _print_dry_run(recipe, world_size: int = 1) -> None:
+def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
+    from . import data
     from .optim import anneal_lambda
+    from .preflight import for_dry_run
     from .recipe import schedule_warnings
+    from .train import plan_total_steps
 
-    typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
     tc, oc = recipe.train, recipe.optimizer
-    if tc.max_steps is not None:
-        total = tc.max_steps
-    else:
-        from . import data
-        from .train import plan_total_steps
-
-        n = len(data.load_split(recipe.task, "train", recipe.task.max_train_examples))
-        total = plan_total_steps(recipe, n, world_size)
+    examples = data.load_split(recipe.task, "train", recipe.task.max_train_examples)
+    n_train = len(examples)
+    total = plan_total_steps(recipe, n_train, world_size)
     t0 = recipe.anneal_t0_steps(total)
+    lambdas = {}
+    if oc.name != "adamw":
+        points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
+                         min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
+        lambdas = {t: anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w) for t in points}
+    warnings = schedule_warnings(recipe, total)
+    if not as_json:  # the plan first: it needs no model, and a model that cannot load stops what follows
+        _print_plan(recipe, world_size, total, t0, lambdas, warnings)
+    checks = for_dry_run(recipe, examples, world_size)
+    if as_json:
+        plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
+                "global_batch": tc.batch_size * world_size * tc.grad_accum,
+                "lambda": [{"step": t, "lambda": v} for t, v in lambdas.items()]}
+        typer.echo(json.dumps({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings,
+                               **checks.to_dict()}, indent=2))
+    else:
+        _print_checks(checks)
+    checks.raise_on_failure()
+
+
+def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
+    tc = recipe.train
+    typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
     typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
     if world_size > 1:
         typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
                    f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
-    if oc.name != "adamw":
-        points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
-                         min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
-        typer.echo("# lambda(t): " + ", ".join(
-            f"t={t}: {anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w):.3f}" for t in points))
-    for message in schedule_warnings(recipe, total):
+    if lambdas:
+        typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
+    for message in warnings:
         typer.echo(f"warning: {message}", err=True)
+
+
+def _print_checks(checks) -> None:
+    from rich.table import Table
+
+    from .console import out_console
+    from .preflight import gib
+
+    style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+    table = Table(title="preflight", title_justify="left", show_header=True, box=None, pad_edge=False)
+    table.add_column("check")
+    table.add_column("", no_wrap=True)
+    table.add_column("finding", overflow="fold")
+    for check in checks.checks:
+        table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", check.message)
+    out_console.print(table)
+    if checks.memory is not None:
+        parts = ", ".join(f"{name} {gib(n)}" for name, n in checks.memory.parts.items())
+        out_console.print(f"# memory estimate per process: {parts}", soft_wrap=True)
 
 
 # ---- evaluate ------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ def _known_errors():
     from .checkpoint import RunDirError
     from .data import DataError
     from .model import ModelLoadError
+    from .preflight import PreflightError
     from .recipe import RecipeError
     from .runtime import DeviceError
     from .train import Preempted, TrainingDiverged
@@ -45,6 +46,7 @@ def _known_errors():
         (RecipeError, EXIT_USAGE),
         (DataError, EXIT_USAGE),
         (ModelLoadError, EXIT_USAGE),
+        (PreflightError, EXIT_USAGE),
         (RunDirError, EXIT_USAGE),
         (DeviceError, EXIT_USAGE),
         (TrainingDiverged, EXIT_DIVERGED),

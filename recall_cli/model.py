@@ -99,6 +99,56 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     return _load("tokenizer", AutoTokenizer.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
 
 
+def load_config(name_or_path: str, trust_remote_code: bool = False):
+    """The model's config.json alone (no weights): what preflight checks and the head decision read."""
+    from transformers import AutoConfig
+
+    return _load("model config", AutoConfig.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
+
+
+# Architectures whose `classifier` head a sequence classifier would load: a head trained for some task.
+_TRAINED_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForMultipleChoice")
+
+
+def is_trained_classifier(config) -> bool:
+    """A checkpoint saved from a fine-tuned classifier (e.g. a recall run's best/). A pretrained
+    encoder's config names the encoder or a pretraining architecture (ForMaskedLM, ForPreTraining)."""
+    return any(name.endswith(_TRAINED_HEADS) for name in (getattr(config, "architectures", None) or ()))
+
+
+def head_is_new(cfg: ModelConfig, config) -> bool:
+    """Whether the checkpoint's own head (when it has one of the right size) is replaced by a fresh one."""
+    return cfg.head == "new" or (cfg.head == "auto" and is_trained_classifier(config))
+
+
+def head_parameter_names(model: torch.nn.Module) -> set[str]:
+    """Parameters outside the encoder (``base_model_prefix``): the classification head."""
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    return {name for name, _ in model.named_parameters() if not name.startswith(prefix)}
+
+
+def _reinit_head(model: torch.nn.Module, names: set[str]) -> None:
+    """A fresh head, initialised as BERT-family models initialise theirs: N(0, initializer_range)
+    weights, zero biases, unit LayerNorm. (transformers' own _init_weights skips modules it has
+    already loaded, so it cannot be asked to do this.)"""
+    std = getattr(model.config, "initializer_range", 0.02)
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            own = {f"{module_name}.{n}" if module_name else n for n, _ in module.named_parameters(recurse=False)}
+            if not own or not own <= names:
+                continue
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0.0, std)
+                if module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, torch.nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+            else:
+                for p in module.parameters(recurse=False):
+                    p.normal_(0.0, std)
+
+
 @dataclass
 class BuiltModel:
     model: torch.nn.Module
@@ -111,6 +161,10 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
     Under RI the same architecture is built from its config and initialised by the model's own
     initialiser, seeded. Anchors are matched to parameters by name through the checkpoint's loading
     report, so any architecture works (not only names containing the model type).
+
+    A checkpoint that is already a fine-tuned classifier (or any checkpoint, with model.head=new) gets a
+    fresh, seeded head even when its label count matches, and that head has no anchor: another task's
+    head is not prior knowledge to keep (model.head=keep loads and anchors it).
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -131,6 +185,11 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
         **extra,
     )
     fresh = set(info.get("missing_keys", ())) | {key for key, *_ in info.get("mismatched_keys", ())}
+    if head_is_new(cfg, pretrained.config):
+        head = head_parameter_names(pretrained)
+        torch.manual_seed(seed)
+        _reinit_head(pretrained, head - fresh)
+        fresh |= head
     anchors = {
         name: p.detach().clone() for name, p in pretrained.named_parameters() if name not in fresh
     }

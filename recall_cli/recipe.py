@@ -35,6 +35,11 @@ class ModelConfig:
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
     trust_remote_code: bool = False
+    # The classification head of a checkpoint that already has one: "auto" starts a fresh head when the
+    # checkpoint is a fine-tuned classifier (its task's head is no prior for this task), "keep" loads it
+    # and anchors it like the encoder, "new" always starts a fresh one. A head whose label count differs
+    # from the task's is replaced whatever this says.
+    head: Literal["auto", "keep", "new"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import __version__, checkpoint, data
+from . import __version__, checkpoint, data, preflight
 from .distributed import Distributed, SigtermFlag, shard
 from .evaluate import score
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
@@ -203,6 +203,14 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
         checkpoint.check_new_run_dir(run_dir, overwrite)
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
+    checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
+                                  precision=precision, world_size=ctx.world_size, resume=last is not None,
+                                  lengths=[len(ids) for ids in task.train.input_ids],
+                                  model_source=str(last) if last else None)
+    checks.raise_on_failure()
+    for check in checks.checks:
+        if check.status == "warn":
+            reporter.warn(f"preflight: {check.name}: {check.message}")
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     for message in schedule_warnings(recipe, total_steps):
         reporter.warn(message)
@@ -214,15 +222,20 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     ctx.init(device)
+    # A failure between creating the run directory and the first optimizer step puts it back as it was.
+    new_dir = checkpoint.NewRunDir(run_dir)
     try:
         return _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task,
-                      total_steps, built)
+                      total_steps, built, new_dir)
+    except BaseException:
+        new_dir.rollback()  # nothing once the first step has committed it
+        raise
     finally:
         ctx.close()
 
 
 def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task, total_steps,
-           built) -> dict[str, Any]:
+           built, new_dir) -> dict[str, Any]:
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
     # Take theta* out of `built` so that only RecAdam (or `pairs`) keeps a copy once set-up is done.
@@ -254,7 +267,7 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
             checkpoint.truncate_metrics(run_dir, state.step)
     elif ctx.is_main:
         # --resume of a run interrupted before its first checkpoint: start over in the same directory.
-        checkpoint.prepare_new_run_dir(run_dir, overwrite=overwrite or resume)
+        new_dir.begin(overwrite=overwrite or resume)
         # config.yaml and metrics.jsonl first (they make it a run directory), theta* (hundreds of MB)
         # after: a kill in between leaves a run that --resume simply starts over.
         dump_recipe(recipe, run_dir / checkpoint.CONFIG_FILE)
@@ -319,6 +332,7 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
                 optimizer.zero_grad(set_to_none=True)
                 state.step = step
                 state.samples += samples
+                new_dir.commit()  # the new run exists for good: an old one it replaces is deleted now
 
                 elapsed = time.perf_counter() - t_start
                 state.train_seconds += elapsed

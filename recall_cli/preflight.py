@@ -1,0 +1,354 @@
+"""Preflight: what can be known about a run before its first step, checked before anything is written.
+
+Reads the model's config.json and tokenizer (never its weights) and the recipe, and returns checks as
+data (name, ok/warn/fail, one line) plus a memory estimate, so that `recall finetune --dry-run` renders
+them as a table or JSON and `train.finetune` refuses a run that cannot work before it creates a run
+directory. Every rank of a distributed run computes the same checks from the same files, so all of them
+refuse alike (the memory check only warns, since free memory differs between devices).
+
+Decisions (README: "Preflight"):
+- task.max_seq_length above the model's position limit is refused, with the limit named, not capped:
+  the recipe saved with the run must say what the run did.
+- The memory estimate is the peak of one process: fp32 master weights, gradients, Adam's two moments,
+  theta* (fp32 or bf16 per model.anchor_dtype), activations of the longest training batch, the tokenized
+  data, and the framework's own footprint; compared with MemAvailable on CPU (all processes of --nproc
+  share it) or with the GPU's free memory on CUDA (one GPU per process). Above it is a warning with
+  settings that would fit, not a refusal: the estimate is an estimate.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from .model import head_is_new, is_trained_classifier, load_config
+from .recipe import Recipe
+
+Status = Literal["ok", "warn", "fail"]
+
+# Calibrated with benchmarks/memory_estimate.py on CPU (README "Preflight"): the peak resident size of
+# a process that has imported torch, transformers and recall (scikit-learn and scipy come with the
+# metrics), loaded a tokenizer and taken two training steps of a negligible model (autograd and the
+# CPU kernels' workspaces and thread pools arrive with the first step): 555 MiB measured, of which
+# 458 MiB is the imports and the tokenizer.
+CPU_BASELINE_BYTES = 555 * 2**20
+# A CUDA context and the caching allocator's slack, on top of the tensors themselves.
+CUDA_BASELINE_BYTES = 600 * 2**20
+# Tokenizing the training split peaks far above the token lists it keeps (the tokenizer's per-row
+# encodings, then Python int lists; freed memory stays in the process): ~290 bytes per training token
+# measured on SST-2 (897k tokens, +260 MiB).
+BYTES_PER_TOKEN = 300
+# Models whose position ids start after the padding index (RoBERTa's offset): pad_token_id + 1 of
+# their max_position_embeddings are not usable positions.
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
+                     "roberta-prelayernorm", "mpnet", "ibert")
+
+
+class PreflightError(ValueError):
+    """A run that cannot work, found before its first step; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    message: str
+
+
+@dataclass
+class MemoryEstimate:
+    device: str
+    processes_sharing: int  # processes whose estimates add up against `available_bytes`
+    parts: dict[str, int]  # bytes of one process
+    available_bytes: int | None
+    sequence_length: int  # the activation length used: the longest training row, or max_seq_length
+    batch_size: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def needed_bytes(self) -> int:
+        return self.total_bytes * self.processes_sharing
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.available_bytes is None else self.needed_bytes <= self.available_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_bytes": self.total_bytes, "needed_bytes": self.needed_bytes, "fits": self.fits}
+
+
+@dataclass
+class Preflight:
+    checks: list[Check] = field(default_factory=list)
+    memory: MemoryEstimate | None = None
+
+    def add(self, name: str, status: Status, message: str) -> None:
+        self.checks.append(Check(name, status, message))
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    def raise_on_failure(self) -> None:
+        failures = self.failures
+        if failures:
+            more = f" (and {len(failures) - 1} more: see recall finetune --dry-run)" if len(failures) > 1 else ""
+            raise PreflightError(f"preflight: {failures[0].message}{more}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": not self.failures, "checks": [asdict(c) for c in self.checks],
+                "memory": self.memory.to_dict() if self.memory else None}
+
+
+def gib(n: int | float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+# ---- the checks ----------------------------------------------------------------------------------
+
+
+def position_limit(config) -> int | None:
+    """How many tokens the model can place, or None for models without absolute positions."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    if getattr(config, "position_biased_input", True) is False:  # DeBERTa-v2/v3: relative positions only
+        return None
+    if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
+        limit -= (getattr(config, "pad_token_id", None) or 0) + 1
+    return limit
+
+
+def check_positions(report: Preflight, recipe: Recipe, config) -> None:
+    asked = recipe.task.max_seq_length
+    limit = position_limit(config)
+    if limit is None:
+        report.add("max_seq_length", "ok", f"{asked} tokens (the model has no absolute position limit)")
+    elif asked > limit:
+        report.add("max_seq_length", "fail",
+                   f"task.max_seq_length={asked} is more than the model's {limit} positions: "
+                   f"set task.max_seq_length={limit} or less")
+    else:
+        report.add("max_seq_length", "ok", f"{asked} of the model's {limit} positions")
+
+
+def check_tokenizer(report: Preflight, recipe: Recipe, tokenizer, config) -> None:
+    if tokenizer.pad_token_id is None:
+        report.add("pad token", "fail",
+                   f"the tokenizer of {recipe.model.name_or_path} has no padding token (a decoder-style "
+                   "checkpoint): give it one and save it (tokenizer.pad_token = tokenizer.eos_token; "
+                   "model.config.pad_token_id = tokenizer.pad_token_id; save_pretrained to a folder) and "
+                   "point model.name_or_path at that folder")
+    else:
+        report.add("pad token", "ok", f"{tokenizer.pad_token!r} (id {tokenizer.pad_token_id})")
+    vocab = getattr(config, "vocab_size", None)
+    size = len(tokenizer)
+    if isinstance(vocab, int) and size > vocab:
+        report.add("vocabulary", "fail",
+                   f"the tokenizer has {size} tokens but the model's embedding has {vocab} rows (ids >= {vocab} "
+                   "would index past it): use the tokenizer saved with this model")
+    else:
+        report.add("vocabulary", "ok", f"{size} tokens, embedding of {vocab} rows")
+
+
+def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resume: bool) -> None:
+    if resume:
+        report.add("head", "ok", f"{num_labels} labels, the run's own head from last/")
+        return
+    if recipe.model.init == "random":
+        report.add("head", "ok", f"new {num_labels}-label head (model.init=random: every weight is new)")
+        return
+    if not is_trained_classifier(config):
+        report.add("head", "ok", f"new {num_labels}-label head (the checkpoint has no classifier head)")
+        return
+    has = getattr(config, "num_labels", None)
+    if has != num_labels:
+        status: Status = "warn" if recipe.model.head == "keep" else "ok"
+        report.add("head", status, f"the checkpoint's head has {has} labels, the task {num_labels}: "
+                                   "replaced by a new head (not anchored)")
+    elif head_is_new(recipe.model, config):
+        report.add("head", "ok", f"the checkpoint is a fine-tuned classifier: new {num_labels}-label head, "
+                                 "not anchored (model.head=keep loads and anchors its head)")
+    else:
+        report.add("head", "ok", f"the checkpoint's {num_labels}-label head is kept and anchored (model.head=keep)")
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+
+def parameter_counts(config, num_labels: int) -> tuple[int, int]:
+    """(all parameters, head parameters) of the classifier, counted on the meta device: no memory."""
+    from transformers import AutoModelForSequenceClassification
+
+    from .model import head_parameter_names, quiet_transformers
+
+    quiet_transformers()
+    values = {k: v for k, v in config.to_dict().items() if k not in ("id2label", "label2id")}
+    config = config.__class__.from_dict({**values, "num_labels": num_labels})
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    head = head_parameter_names(model)
+    total = sum(p.numel() for p in model.parameters())
+    return total, sum(p.numel() for n, p in model.named_parameters() if n in head)
+
+
+def activation_bytes(config, batch: int, length: int, precision: str) -> int:
+    """Saved-for-backward activations of the encoder, per layer (after Korthikanti et al. 2022, with the
+    feed-forward width as a parameter): 8bsh + 2bsI + 2·a·b·s² elements in the compute dtype plus
+    2bsh + a·b·s² one-byte dropout masks, and the embeddings' output."""
+    h = getattr(config, "hidden_size", None) or getattr(config, "d_model", 768)
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 12)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 12)
+    inter = getattr(config, "intermediate_size", None) or 4 * h
+    elt = 4 if precision == "fp32" else 2
+    bs = batch * length
+    per_layer = elt * (8 * bs * h + 2 * bs * inter + 2 * heads * batch * length**2) + 2 * bs * h + heads * batch * length**2
+    return layers * per_layer + 3 * elt * bs * h
+
+
+def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
+                    world_size: int, lengths: list[int] | None) -> MemoryEstimate:
+    tc = recipe.train
+    total, head = parameter_counts(config, num_labels)
+    length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
+    anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
+    parts = {
+        "weights": 4 * total,  # fp32 master weights; autocast casts per op
+        "gradients": 4 * total,
+        "adam_moments": 8 * total,
+        "theta_star": anchor_bytes * (total - head),
+        "activations": activation_bytes(config, tc.batch_size, length, precision),
+    }
+    if precision != "fp32":
+        parts["autocast_copies"] = 2 * total  # autocast's 16-bit weight cache during a step
+    if device.type == "cpu":
+        # Every process tokenizes and keeps all training rows (ranks slice batches, not the data).
+        parts["data"] = BYTES_PER_TOKEN * (sum(lengths) if lengths else 0)
+        parts["framework"] = CPU_BASELINE_BYTES
+        available, sharing = available_ram(), world_size
+    else:
+        parts["framework"] = CUDA_BASELINE_BYTES
+        available, sharing = available_cuda(device), 1
+    return MemoryEstimate(str(device), sharing, parts, available, length, tc.batch_size)
+
+
+def available_ram() -> int | None:
+    """MemAvailable: what can be allocated now without swapping (Linux); else free physical pages."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def available_cuda(device: torch.device) -> int | None:
+    try:
+        free, _total = torch.cuda.mem_get_info(device)
+    except RuntimeError:
+        return None
+    return int(free)
+
+
+def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
+                     world_size: int, lengths: list[int] | None, budget: int) -> list[str]:
+    """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
+    accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
+    import dataclasses
+
+    def fits(**changes) -> bool:
+        r = recipe
+        for section, values in changes.items():
+            r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
+        est = estimate_memory(r, config, num_labels, device, precision, world_size, lengths)
+        return est.total_bytes * est.processes_sharing <= budget
+
+    tc, found = recipe.train, []
+    factor = 2
+    while factor <= tc.batch_size:
+        if tc.batch_size % factor == 0 and fits(train={"batch_size": tc.batch_size // factor,
+                                                        "grad_accum": tc.grad_accum * factor}):
+            found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
+            break
+        factor *= 2
+    if recipe.model.anchor_dtype == "float32" and fits(model={"anchor_dtype": "bfloat16"}):
+        found.append("model.anchor_dtype=bfloat16")
+    length = recipe.task.max_seq_length // 2
+    while length >= 16:
+        if fits(task={"max_seq_length": length}):
+            found.append(f"task.max_seq_length={length}")
+            break
+        length //= 2
+    return found
+
+
+def check_memory(report: Preflight, recipe: Recipe, config, num_labels: int, device: torch.device,
+                 precision: str, world_size: int, lengths: list[int] | None) -> None:
+    est = estimate_memory(recipe, config, num_labels, device, precision, world_size, lengths)
+    report.memory = est
+    where = "RAM available" if device.type == "cpu" else f"free on {device}"
+    share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
+    at = f"batch {est.batch_size} x length {est.sequence_length}, {precision}"
+    if est.available_bytes is None:
+        report.add("memory", "ok", f"peak ~{share} ({at}); the device's free memory is unknown")
+    elif est.fits:
+        report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
+    else:
+        fixes = fitting_settings(recipe, config, num_labels, device, precision, world_size, lengths, est.available_bytes)
+        advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
+        report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
+
+
+def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: torch.device) -> None:
+    if world_size <= 1:
+        return
+    tc = recipe.train
+    global_batch = tc.batch_size * world_size * tc.grad_accum
+    memory = "share this machine's RAM" if device.type == "cpu" else "each use one GPU"
+    report.add("processes", "ok", f"{world_size} processes ({memory}): batch {tc.batch_size} per process x {world_size} "
+                                  f"x grad_accum {tc.grad_accum} = global batch {global_batch}")
+
+
+def run_checks(recipe: Recipe, tokenizer, *, num_labels: int, device: torch.device, precision: str,
+               world_size: int = 1, lengths: list[int] | None = None, model_source: str | None = None,
+               resume: bool = False) -> Preflight:
+    """Every check, in the order a user would fix them. ``model_source`` is where the weights come
+    from (the recipe's model, or the run's last/ on resume); ``lengths`` the tokenized training rows."""
+    config = load_config(model_source or recipe.model.name_or_path, recipe.model.trust_remote_code)
+    report = Preflight()
+    check_positions(report, recipe, config)
+    check_tokenizer(report, recipe, tokenizer, config)
+    check_head(report, recipe, config, num_labels, resume)
+    check_processes(report, recipe, world_size, device)
+    if not report.failures:  # an estimate for a run that cannot start would only add noise
+        check_memory(report, recipe, config, num_labels, device, precision, world_size, lengths)
+    return report
+
+
+def for_dry_run(recipe: Recipe, examples, world_size: int = 1) -> Preflight:
+    """What `recall finetune --dry-run` checks: the tokenizer, the config, and the training rows
+    (``examples``, from data.load_split) tokenized for the activation length."""
+    from . import data
+    from .model import load_tokenizer
+    from .runtime import resolve_device, resolve_precision
+
+    tc = recipe.train
+    device = resolve_device(tc.device)  # under --nproc, rank 0's device stands for every rank's
+    precision = resolve_precision(tc.precision, device)
+    tokenizer = load_tokenizer(recipe.model.name_or_path, recipe.model.trust_remote_code)
+    spec = data.task_spec(recipe.task)
+    features = data.tokenize(examples, tokenizer, recipe.task.max_seq_length)
+    lengths = [len(ids) for ids in features.input_ids]
+    return run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
+                      world_size=world_size, lengths=lengths)
