@@ -3,7 +3,7 @@
 #   make quickstart    # create .venv if missing, install what it needs, run the offline quick start
 #   make test          # the same set-up, then the README's test command (python -m pytest -q)
 #
-# Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (on a CUDA machine).
+# Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (the one command to run on a GPU).
 #
 # torch: on a machine without CUDA (no nvidia-smi) torch==2.13.0 is installed FIRST, because that pin
 # takes the CPU wheel while the project's looser `torch>=2.4` would pull a CUDA build of several GB.
@@ -52,4 +52,4 @@ bench: $(BENCH_STAMP)
 	$(ACTIVATE) python benchmarks/bf16_cpu.py
 
 gpu-check: $(BENCH_STAMP)
-	$(ACTIVATE) bash benchmarks/gpu_check.sh $(or $(OUT),gpu_check_report)
+	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)

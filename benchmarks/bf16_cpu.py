@@ -8,7 +8,7 @@ after warm-up steps of each, so that drift of the machine hits both alike; the t
 step time and the ratio, measured in this one run.
 
 Accuracy (`accuracy`): `recall finetune recipes/quickstart.yaml` with train.precision=fp32 and =bf16 for
-several seeds, each in its own run directory under --out (a finished run is read, not run again); the
+several seeds (on --device cpu, or cuda, where bf16 rounds the same way and runs in seconds), each in its own run directory under --out (a finished run is read, not run again); the
 table gives dev accuracy at the end and the spread over seeds.
 
     python benchmarks/bf16_cpu.py speed                       # both models
@@ -128,14 +128,15 @@ def accuracy(args) -> None:
             summary_file = run_dir / "summary.json"
             if not (summary_file.exists() and json.loads(summary_file.read_text()).get("finished")):
                 cmd = [sys.executable, "-m", "recall_cli", "finetune", str(REPO / "recipes/quickstart.yaml"),
-                       f"train.precision={precision}", f"train.seed={seed}", f"output_dir={run_dir}", "--overwrite", "--plain"]
+                       f"train.precision={precision}", f"train.seed={seed}", f"train.device={args.device}",
+                       *args.set, f"output_dir={run_dir}", "--overwrite", "--plain"]
                 print("running: " + " ".join(cmd[2:]), flush=True)
                 subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
             summary = json.loads(summary_file.read_text())
             results[precision].append({"seed": seed, "accuracy": summary["final"]["accuracy"],
                                        "samples_per_s": summary["samples_per_s"]})
             print(json.dumps({"precision": precision, **results[precision][-1]}), flush=True)
-    print("\nrecipes/quickstart.yaml (MiniLM, SST-2, 200 steps), dev accuracy at the last step")
+    print(f"\nrecipes/quickstart.yaml (MiniLM, SST-2) on {args.device} {' '.join(args.set)}, dev accuracy at the last step")
     print("| precision | accuracy per seed | mean ± std | samples/s (median) |")
     print("|---|---|---:|---:|")
     for precision, rs in results.items():
@@ -159,6 +160,8 @@ def main() -> None:
     p = sub.add_parser("accuracy", help="the quick start's dev accuracy, fp32 vs bf16, over seeds")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--out", default=str(REPO / "out" / "bf16"))
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (benchmarks/gpu_check.py measures bf16's accuracy there)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe override for every run")
     args = parser.parse_args()
     speed(args) if args.what == "speed" else accuracy(args)
 
