@@ -2,7 +2,7 @@
 against the single-tensor one on the GPU, and the loop's GradScaler skip path.
 
 Marked `cuda` and skipped where torch sees no GPU, so CPU-only CI stays green;
-`bash benchmarks/gpu_check.sh OUT` runs them on a GPU (`python -m pytest -m cuda`).
+`python benchmarks/gpu_check.py OUT` (or `make gpu-check`) runs them on a GPU (`python -m pytest -m cuda`).
 
 CUDA kernels (embedding backward, atomics in reductions) are not bit-reproducible run to run, so a
 resumed run is held to an uninterrupted one within a tolerance here, not to max abs diff 0 as on CPU.
@@ -25,7 +25,7 @@ from recall_cli.recipe import recipe_from_dict
 from conftest import tiny_recipe
 
 pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu_check.sh)")]
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu_check.py runs these)")]
 DEVICE = "cuda"
 
 
