@@ -56,7 +56,7 @@ def cpu_auto_precision() -> tuple[str, str]:
 
     bf16 autocast is 1.6-1.8x faster on a CPU with AVX512-BF16 (measured on one such EPYC), and 7x
     slower where it is emulated (this project's AVX2 EPYC); whether it keeps the quick start's
-    accuracy is not measured yet (benchmarks/bf16_cpu.py accuracy; benchmarks/gpu_check.sh measures
+    accuracy is not measured yet (benchmarks/bf16_cpu.py accuracy; benchmarks/gpu_check.py measures
     bf16 against fp32 on a GPU). Until it is, auto stays fp32 and says what the CPU could do."""
     if cpu_has_native_bf16():
         return "fp32", "auto: fp32 on CPU; this CPU has native bf16, train.precision=bf16 may train faster"
