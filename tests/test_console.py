@@ -37,3 +37,22 @@ def test_progress_line_fields_readable(width):
     log = next(text for text in log_lines if text.startswith("step=40 split=train"))
     for field in ("lr=4.025e-05", "grad_norm=0.5585", "samples_per_s=55.25", "epoch=0.019"):
         assert field in log
+
+
+def test_rich_output_of_a_real_run(tiny_model_dir, tmp_path):
+    """--rich through the CLI: the start line, one full log line per train record, evals and the end line."""
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    from conftest import tiny_recipe, write_recipe
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 4}))
+    result = CliRunner().invoke(app, ["finetune", str(recipe), "--rich"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "recall: starting — device=cpu, precision=fp32" in out
+    for step in (2, 4):
+        assert f"step={step} split=train epoch=" in out and "grad_norm=" in out and "samples_per_s=" in out
+    assert "eval step 4: accuracy=" in out
+    assert "done: 4 steps in" in out
