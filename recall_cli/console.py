@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.table import Column
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .train import Reporter
@@ -13,7 +14,8 @@ from .train import Reporter
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
-_TRAIN_FIELDS = ("loss", "lr", "lambda", "distance", "grad_norm", "samples_per_s")
+# The live line keeps what a person watches; every field of a record goes into a log line above it.
+_LIVE_FIELDS = (("loss", "loss"), ("lambda", "λ"), ("distance", "dist"))
 
 
 def _fmt(value: Any) -> str:
@@ -60,23 +62,31 @@ class PlainReporter(Reporter):
 
 
 class RichReporter(Reporter):
-    """A live progress bar with the latest train numbers; eval results printed above it."""
+    """A live progress line (step, elapsed, remaining, loss, λ, distance) that stays readable at 100
+    columns; each train record's full set of fields and each eval are printed above it."""
 
-    def __init__(self):
+    def __init__(self, console: Console | None = None):
+        self.console = console or out_console
+
+        def fixed(**kwargs) -> Column:  # never squeezed: the bar alone gives up width
+            return Column(no_wrap=True, overflow="ignore", **kwargs)
+
         self.progress = Progress(
-            TextColumn("[bold]finetune"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=out_console,
+            TextColumn("[bold]finetune", table_column=fixed()),
+            BarColumn(bar_width=None),
+            MofNCompleteColumn(table_column=fixed()),
+            TimeElapsedColumn(table_column=fixed()),
+            TextColumn("<", table_column=fixed()),
+            TimeRemainingColumn(table_column=fixed()),
+            TextColumn("{task.fields[status]}", table_column=fixed()),
+            console=self.console,
+            expand=True,
         )
         self.task_id = None
 
     def start(self, total_steps, start_step, info):
         where = f"resuming at step {start_step}" if start_step else "starting"
-        out_console.print(f"[bold]recall[/]: {where} — " + ", ".join(f"{k}={v}" for k, v in info.items()))
+        self.console.print(f"[bold]recall[/]: {where} — " + ", ".join(f"{k}={v}" for k, v in info.items()))
         self.progress.start()
         self.task_id = self.progress.add_task("finetune", total=total_steps, completed=start_step, status="")
 
@@ -84,8 +94,9 @@ class RichReporter(Reporter):
         err_console.print(f"[yellow]warning:[/] {message}")
 
     def train(self, record):
-        status = " ".join(f"{k}={_fmt(record[k])}" for k in _TRAIN_FIELDS if k in record)
+        status = " ".join(f"{label}={_fmt(record[k])}" for k, label in _LIVE_FIELDS if record.get(k) is not None)
         self.progress.update(self.task_id, status=status)
+        self.progress.console.print(f"[dim]{format_record(record)}[/]", soft_wrap=True)
 
     def eval(self, record):
         metrics = " ".join(f"{k}={_fmt(v)}" for k, v in record.items() if k not in ("step", "split"))
@@ -97,7 +108,7 @@ class RichReporter(Reporter):
     def finish(self, summary):
         self.progress.stop()
         best = summary.get("best") or {}
-        out_console.print(
+        self.console.print(
             f"[bold green]done[/]: {summary['steps']} steps in {summary['train_seconds']:.1f}s "
             f"({summary['samples_per_s']:.1f} samples/s); best main={_fmt(best.get('main'))} at step "
             f"{best.get('step')}; final distance={summary['final_distance']:.4g}"

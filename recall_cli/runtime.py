@@ -8,6 +8,7 @@ them imports another for them (evaluate.py used to take them from train.py while
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from contextlib import nullcontext
 
 import numpy as np
@@ -34,14 +35,64 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
-def resolve_precision(name: str, device: torch.device) -> str:
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX-BF16), where oneDNN's bf16 matmuls
+    beat fp32. Elsewhere bf16 is emulated and autocast slows training down, so `auto` keeps fp32."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    get_capabilities = getattr(torch.cpu, "get_capabilities", None)  # recent torch: the CPU features it dispatches on
+    if get_capabilities is not None:
+        caps = get_capabilities()
+        return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+    try:  # older torch on Linux: the kernel's flags
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_auto_precision() -> tuple[str, str]:
+    """`auto` on a CPU: fp32, and why.
+
+    bf16 autocast is 1.6-1.8x faster on a CPU with AVX512-BF16 (measured on one such EPYC), and 7x
+    slower where it is emulated (this project's AVX2 EPYC); whether it keeps the quick start's
+    accuracy is not measured yet (benchmarks/bf16_cpu.py accuracy; benchmarks/gpu_check.py measures
+    bf16 against fp32 on a GPU). Until it is, auto stays fp32 and says what the CPU could do."""
+    if cpu_has_native_bf16():
+        return "fp32", "auto: fp32 on CPU; this CPU has native bf16, train.precision=bf16 may train faster"
+    return "fp32", "auto: fp32 on CPU; no native bf16 here, bf16 would be slower"
+
+
+def choose_precision(name: str, device: torch.device, recorded: str | None = None) -> tuple[str, str]:
+    """The precision a run computes in, and why (the start line says both).
+
+    `recorded` is the precision a resumed run started with: `auto` keeps it, so that a run resumes
+    exactly whatever this machine or a later version of recall would pick today."""
+    if name == "auto" and recorded is not None:
+        if recorded == "fp16" and device.type != "cuda":
+            raise DeviceError("the run started in fp16 on CUDA: resume it on a CUDA device")
+        return recorded, "auto, as the run started"
     if name == "auto":
         if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
+            if torch.cuda.is_bf16_supported():
+                return "bf16", "auto: the GPU supports bf16"
+            return "fp16", "auto: the GPU lacks bf16"
+        return cpu_auto_precision()
     if name == "fp16" and device.type != "cuda":
         raise DeviceError("train.precision=fp16 needs a CUDA device (on CPU use fp32 or bf16)")
-    return name
+    return name, "set in the recipe"
+
+
+def precision_of_saved_run(recorded: str | None, device: torch.device) -> str | None:
+    """What a checkpoint's run computed in. Checkpoints of recall 0.1 do not record it: their `auto`
+    chose fp32 on every CPU (and on CUDA what it chooses today)."""
+    if recorded is None and device.type == "cpu":
+        return "fp32"
+    return recorded
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    return choose_precision(name, device)[0]
 
 
 def autocast_for(precision: str, device: torch.device):

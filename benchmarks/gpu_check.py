@@ -1,0 +1,146 @@
+"""One command that measures every CUDA path of recall, for whoever has a GPU for ten minutes.
+
+    make gpu-check OUT=gpu_report            # sets up .venv (with the bench extra), then runs this
+    python benchmarks/gpu_check.py gpu_report
+
+On a machine with one CUDA GPU it runs, each section under its own time limit (the limits add up to
+9.5 minutes), and writes gpu_report/report.md and gpu_report/report.json:
+
+1. the CUDA-marked tests (tests/test_cuda.py): fp16 and bf16 runs that resume, the fused and foreach
+   RecAdam kernels against the single-tensor one on the GPU, the loop's GradScaler skip path;
+2. the optimizer-step benchmark on CUDA (RecAdam against AdamW fused and a per-tensor loop);
+3. the throughput benchmark against Hugging Face Trainer in bf16 (BERT-base shape, batch 32, 128 tokens);
+4. a BERT-base-shaped model on the paper's MRPC schedule (11,500 steps, batch 32, length 128):
+   `recall finetune recipes/bert_mrpc.yaml` for --mrpc-steps steps, extrapolated to 11,500;
+5. the quick start's dev accuracy in fp32 and in bf16 over three seeds (is bf16 accuracy-neutral?).
+
+A section that fails is recorded with its exit code and output tail, and the next one runs; the
+exit code is 1 if any failed. Without a GPU the tests run (and are skipped) and the GPU sections are
+recorded as skipped; --smoke runs every section on the CPU at toy sizes, to check the command itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER_MRPC_STEPS = 11_500
+
+
+def run_section(name: str, cmd: list[str], timeout: int, log_dir: Path) -> dict:
+    print(f"== {name}: {' '.join(cmd)}", flush=True)
+    start = time.perf_counter()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        rc, out = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc = 124
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        out += f"\n[gpu_check: stopped after {timeout}s]"
+    seconds = time.perf_counter() - start
+    (log_dir / f"{name}.log").write_text(out)
+    print(f"   rc={rc} in {seconds:.0f}s", flush=True)
+    return {"name": name, "command": " ".join(cmd), "rc": rc, "seconds": round(seconds, 1), "output": out}
+
+
+def mrpc_extrapolation(run_dir: Path, batch: int) -> dict:
+    """Seconds per optimizer step from the steady-state train records (the first record, with
+    warm-up and CUDA start-up, left out), times the paper's 11,500 steps."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rates = [r["samples_per_s"] for r in records if r["split"] == "train"][1:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    seconds_per_step = batch / statistics.median(rates)
+    return {"steps_run": summary["steps"], "precision": summary["precision"], "device": summary["device"],
+            "samples_per_s": round(statistics.median(rates), 1), "seconds_per_step": round(seconds_per_step, 4),
+            "extrapolated_minutes_for_11500_steps": round(PAPER_MRPC_STEPS * seconds_per_step / 60, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder for report.md, report.json and the sections' logs")
+    parser.add_argument("--mrpc-steps", type=int, default=300)
+    parser.add_argument("--smoke", action="store_true", help="every section on the CPU at toy sizes (checks the command)")
+    args = parser.parse_args()
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    device = "cpu" if args.smoke else "cuda"  # without a GPU the cuda sections are recorded as skipped
+    out = args.out.resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    small = args.smoke
+    model_dir = out / "bert_base_shaped"
+
+    sections = [("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-m", "cuda", "tests/test_cuda.py"], 120, False)]
+    steps = 4 if small else args.mrpc_steps
+    gpu_sections = [
+        ("optimizer_step", [py, "benchmarks/optimizer_step.py", "--device", device,
+                            *(["--warmup", "0", "--repeats", "1"] if small else [])], 60),
+        ("throughput_bf16", [py, "benchmarks/throughput.py", "--device", device, "--precision", "bf16",
+                             *(["--shape", "minilm", "--steps", "3", "--warmup", "1", "--rounds", "1", "--seq-len", "16",
+                                "--batch-size", "4"] if small else
+                               ["--shape", "bert-base", "--steps", "40", "--warmup", "10", "--rounds", "2"])], 150),
+        ("mrpc_schedule", [py, "-m", "recall_cli", "finetune", "recipes/bert_mrpc.yaml", f"model.name_or_path={model_dir}",
+                           "task.data_dir=data/glue/MRPC", f"train.max_steps={steps}", "train.eval_every=0",
+                           "train.save_every=0", f"train.log_every={2 if small else 25}", f"train.device={device}",
+                           f"train.batch_size={4 if small else 32}", *(["task.max_seq_length=16"] if small else []),
+                           f"output_dir={out / 'mrpc_schedule'}", "--overwrite", "--plain"], 90),
+        ("quickstart_bf16_accuracy", [py, "benchmarks/bf16_cpu.py", "accuracy", "--device", device,
+                                      "--seeds", "1" if small else "1,2,3", "--out", str(out / "quickstart"),
+                                      *(["--set", "train.max_steps=2", "--set", "task.max_train_examples=64",
+                                         "--set", "task.max_eval_examples=8"] if small else [])], 150),
+    ]
+    for name, cmd, limit in gpu_sections:
+        sections.append((name, cmd, limit, not (cuda or small)))
+
+    if cuda or small:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from throughput import build_model_dir  # a randomly initialised encoder with a real tokenizer
+
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        build_model_dir("minilm" if small else "bert-base", model_dir)
+
+    results = []
+    for name, cmd, limit, skip in sections:
+        if skip:
+            results.append({"name": name, "command": " ".join(cmd), "rc": None, "seconds": 0,
+                            "output": "skipped: no CUDA device visible"})
+            continue
+        results.append(run_section(name, cmd, limit, logs))
+        if name == "mrpc_schedule" and results[-1]["rc"] == 0:
+            results[-1]["mrpc"] = mrpc_extrapolation(out / "mrpc_schedule", 4 if small else 32)
+
+    machine = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+               "gpu": torch.cuda.get_device_name(0) if cuda else None, "smoke": small}
+    (out / "report.json").write_text(json.dumps({"machine": machine, "sections": results}, indent=2) + "\n")
+    lines = ["# recall GPU check", "", f"Machine: {machine}", ""]
+    for r in results:
+        state = "skipped" if r["rc"] is None else ("ok" if r["rc"] == 0 else f"FAILED (exit {r['rc']})")
+        lines += [f"## {r['name']}: {state}, {r['seconds']} s", "", f"`{r['command']}`", ""]
+        if "mrpc" in r:
+            m = r["mrpc"]
+            lines += [f"MRPC schedule: {m['samples_per_s']} samples/s, {m['seconds_per_step']} s/step "
+                      f"({m['precision']}, {m['device']}, {m['steps_run']} steps run) -> "
+                      f"**{m['extrapolated_minutes_for_11500_steps']} min for 11,500 steps** (training only)", ""]
+        tail = r["output"].strip().splitlines()[-40:]
+        lines += ["```text", *tail, "```", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    print(f"report: {out / 'report.md'} and {out / 'report.json'}")
+    sys.exit(1 if any(r["rc"] not in (0, None) for r in results) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The CUDA paths: fp16 (GradScaler) and bf16 runs that resume, the fused and foreach RecAdam kernels
+against the single-tensor one on the GPU, and the loop's GradScaler skip path.
+
+Marked `cuda` and skipped where torch sees no GPU, so CPU-only CI stays green;
+`python benchmarks/gpu_check.py OUT` (or `make gpu-check`) runs them on a GPU (`python -m pytest -m cuda`).
+
+CUDA kernels (embedding backward, atomics in reductions) are not bit-reproducible run to run, so a
+resumed run is held to an uninterrupted one within a tolerance here, not to max abs diff 0 as on CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from recall_cli import train
+from recall_cli.checkpoint import read_metrics
+from recall_cli.optim import RecAdam
+from recall_cli.recipe import recipe_from_dict
+
+from conftest import tiny_recipe
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu_check.py runs these)")]
+DEVICE = "cuda"
+
+
+class StopAfter(train.Reporter):
+    """Interrupts the run after `step` (as Ctrl-C would), once that step's checkpoint is written."""
+
+    def __init__(self, step: int | None):
+        self.stop_at = step
+
+    def step(self, step):
+        if step == self.stop_at:
+            raise KeyboardInterrupt
+
+
+def run(recipe: dict, *, resume: bool = False, stop_at: int | None = None) -> None:
+    reporter = StopAfter(stop_at)
+    if stop_at is None:
+        train.finetune(recipe_from_dict(recipe, "test"), resume=resume, reporter=reporter)
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            train.finetune(recipe_from_dict(recipe, "test"), resume=resume, reporter=reporter)
+
+
+def records(run_dir, split):
+    return [r for r in read_metrics(run_dir) if r["split"] == split]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_run_resumes_like_an_uninterrupted_one(tiny_model_dir, tmp_path, precision):
+    train_cfg = {"device": DEVICE, "precision": precision, "max_steps": 12, "save_every": 3, "eval_every": 6}
+    resumed_dir, reference_dir = tmp_path / "resumed", tmp_path / "reference"
+    run(tiny_recipe(tiny_model_dir, resumed_dir, train=train_cfg), stop_at=7)
+    state = json.loads((resumed_dir / "last" / "trainer_state.json").read_text())
+    assert state["step"] == 6 and state["precision"] == precision
+    run(tiny_recipe(tiny_model_dir, resumed_dir, train=train_cfg), resume=True)
+    run(tiny_recipe(tiny_model_dir, reference_dir, train=train_cfg))
+
+    summary = json.loads((resumed_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["precision"] == precision and summary["device"].startswith("cuda")
+    a = load_file(str(resumed_dir / "last" / "model.safetensors"))
+    b = load_file(str(reference_dir / "last" / "model.safetensors"))
+    assert {t.dtype for t in a.values()} == {torch.float32}  # weights stay fp32 under autocast
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-3
+    ra, rb = records(resumed_dir, "train"), records(reference_dir, "train")
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == list(range(2, 13, 2))
+    for x, y in zip(ra, rb):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-2)
+        assert x.get("skipped_steps") == y.get("skipped_steps")
+    if precision == "fp16":  # the GradScaler's state went through the checkpoint
+        sa = torch.load(resumed_dir / "last" / "optimizer.pt", weights_only=True)["scaler"]
+        sb = torch.load(reference_dir / "last" / "optimizer.pt", weights_only=True)["scaler"]
+        assert sa["scale"] == sb["scale"] and sa["_growth_tracker"] == sb["_growth_tracker"]
+
+
+def test_grad_scaler_skip_path_in_the_loop(tiny_model_dir, tmp_path, monkeypatch):
+    """A huge initial scale overflows fp16 gradients: those steps are skipped (weights untouched,
+    counted in skipped_steps, left out of grad_norm) until the scaler has backed off."""
+    monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0**40))
+    run_dir = tmp_path / "run"
+    run(tiny_recipe(tiny_model_dir, run_dir, train={"device": DEVICE, "precision": "fp16", "max_steps": 40,
+                                                     "log_every": 2, "eval_every": 0}))
+    train_records = records(run_dir, "train")
+    skipped = sum(r["skipped_steps"] for r in train_records)
+    assert 0 < skipped < 40
+    # Windows where every step was skipped log no grad_norm; the others a finite one.
+    for r in train_records:
+        if r["skipped_steps"] == 2:
+            assert r["grad_norm"] is None
+        else:
+            assert r["grad_norm"] is not None and r["grad_norm"] == r["grad_norm"]
+    assert train_records[0]["skipped_steps"] == 2  # 2**40 overflows from the start
+    optim_state = torch.load(run_dir / "last" / "optimizer.pt", weights_only=True)
+    steps_taken = {int(s["step"]) for s in optim_state["optimizer"]["state"].values() if "step" in s}
+    assert steps_taken == {40 - skipped}
+    assert optim_state["scaler"]["scale"] < 2.0**40
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 3)).to(DEVICE)
+
+
+def train_kernel(options: dict, steps: int = 40):
+    model = mlp()
+    body, head = list(model[:4].parameters()), list(model[4].parameters())
+    generator = torch.Generator().manual_seed(1)
+    anchors = [p.detach() + 0.05 * torch.randn(p.shape, generator=generator).to(DEVICE) for p in body]
+    opt = RecAdam([{"params": body, "anchors": anchors, "weight_decay": 0.01}, {"params": head, "weight_decay": 0.0}],
+                  lr=1e-3, anneal_k=0.5, anneal_t0=10, pretrain_cof=100.0, **options)
+    data = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        x = torch.randn(32, 16, generator=data).to(DEVICE)
+        y = torch.randint(0, 3, (32,), generator=data).to(DEVICE)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize("kernel", [dict(fused=True), dict(foreach=True)], ids=["fused", "foreach"])
+def test_fast_kernels_match_single_tensor_on_cuda(kernel):
+    single_model, single_opt = train_kernel(dict(foreach=False))
+    model, opt = train_kernel(kernel)
+    for p, q in zip(single_model.parameters(), model.parameters()):
+        assert q.is_cuda
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(opt.state[q]["exp_avg"], single_opt.state[p]["exp_avg"], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(opt.state[q]["exp_avg_sq"], single_opt.state[p]["exp_avg_sq"], rtol=1e-5, atol=1e-10)
+    # theta* followed the parameters onto the GPU.
+    assert all(a.is_cuda for _, a in opt.anchored())
