@@ -118,12 +118,16 @@ def fuse(sources: list[Source], method: MergeMethod, anchors: list[Anchor] | Non
 def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path) -> None:
     folder.mkdir()
     tensors = {source.key(n): t for n, t in merged.items()}
-    tensors.update(read_tensors(source.files, source.head))
+    tensors.update(read_tensors(source.files, source.head + source.kept))
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     del tensors
     for item in source.folder.iterdir():
-        if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith(_NOT_COPIED_SUFFIXES) and not item.name.startswith("."):
+        if item.name in _NOT_COPIED or item.name.endswith(_NOT_COPIED_SUFFIXES) or item.name.startswith("."):
+            continue
+        if item.is_file():
             shutil.copy2(item, folder / item.name)
+        elif item.is_dir() and not any(item.rglob("*.safetensors")):
+            shutil.copytree(item, folder / item.name)  # e.g. a sentence-transformers model's 1_Pooling/
     if source.recipe is not None:
         import yaml
 

@@ -29,6 +29,7 @@ SOURCE_RECIPE_FILE = checkpoint.SOURCE_RECIPE_FILE
 
 # Weight-shared layers have no per-layer tensors to weigh.
 _SHARED_LAYER_TYPES = {"albert"}
+_BUFFERS = ("position_ids",)
 _BLOCK = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 
 
@@ -50,6 +51,7 @@ class Source:
     shapes: dict[str, tuple[int, ...]]  # encoder name (no prefix) -> shape
     dtypes: dict[str, str]
     head: list[str] = field(default_factory=list)  # keys outside the encoder (the classifier)
+    kept: list[str] = field(default_factory=list)  # saved buffers (position_ids): copied, never merged
     recipe: dict[str, Any] | None = None  # the recipe its head was trained with
 
     @property
@@ -121,7 +123,7 @@ def open_source(arg: str) -> Source:
     prefix = _base_prefix(str(config.get("model_type", ""))) + "."
     if not any(key.startswith(prefix) for key in files):
         prefix = ""  # a bare encoder (AutoModel.save_pretrained): every tensor is the encoder's
-    shapes, dtypes, head = {}, {}, []
+    shapes, dtypes, head, kept = {}, {}, [], []
     by_file: dict[Path, list[str]] = defaultdict(list)
     for key, file in files.items():
         by_file[file].append(key)
@@ -131,12 +133,15 @@ def open_source(arg: str) -> Source:
                 if prefix and not key.startswith(prefix):
                     head.append(key)
                     continue
+                if key.endswith(_BUFFERS):
+                    kept.append(key)  # some checkpoints save them, some do not; they are not learned
+                    continue
                 piece = f.get_slice(key)
                 shapes[key[len(prefix):]] = tuple(piece.get_shape())
                 dtypes[key[len(prefix):]] = piece.get_dtype()
     name = (run_dir or folder).name if not (run_dir is None and folder.name in ("best", "last")) else folder.parent.name
     return Source(arg=arg, name=name, folder=folder, run_dir=run_dir, config=config, prefix=prefix, files=files,
-                  shapes=shapes, dtypes=dtypes, head=sorted(head), recipe=recipe)
+                  shapes=shapes, dtypes=dtypes, head=sorted(head), kept=kept, recipe=recipe)
 
 
 def layer_of(name: str, num_blocks: int) -> int:

@@ -27,7 +27,7 @@ from .linear import Linear
 DEFAULT_CLUSTERS = 16
 DEFAULT_POOL = 512
 DEFAULT_TEMPERATURE = 0.05
-DEFAULT_GAMMA = "median"
+DEFAULT_GAMMA = "hidden"
 
 
 @torch.no_grad()
