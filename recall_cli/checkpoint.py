@@ -35,6 +35,9 @@ SUMMARY_FILE = "summary.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng_state.pt"
+# A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
+# trained with, so that `recall evaluate FOLDER` knows the task.
+SOURCE_RECIPE_FILE = "recall_recipe.yaml"
 
 
 class RunDirError(RuntimeError):

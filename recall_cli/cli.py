@@ -223,6 +223,10 @@ from .cli_runs import register  # noqa: E402 - the sweep/forgetting/compare grou
 
 register(app)
 
+from .cli_merge import register as register_merge  # noqa: E402 - recall merge
+
+register_merge(app)
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

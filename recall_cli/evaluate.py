@@ -112,8 +112,8 @@ def evaluate_checkpoint(
         raise data.DataError(f"{folder}: not a checkpoint folder (no config.json)")
 
     recipe = None
-    if run_dir is not None:
-        config = run_dir / checkpoint.CONFIG_FILE
+    config = run_dir / checkpoint.CONFIG_FILE if run_dir is not None else folder / checkpoint.SOURCE_RECIPE_FILE
+    if config.is_file():
         recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False)
     if recipe is None and task is None:
         raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")

@@ -1,0 +1,117 @@
+"""Peak memory of `recall merge` as the number of models grows: it should stay near two models.
+
+N classifiers of one shape (BERT-base by default: 12 layers, hidden 768, 110M parameters, 438 MB in
+float32) are built from a config (random weights, each copy perturbed: memory needs no real weights),
+saved with save_pretrained, and merged with N = 2, 4, 8. Each merge runs in its own fresh process
+(so that its peak is its own) that reports its peak RSS (VmHWM, reset after the imports with /proc/self/clear_refs,
+so the peak is the merge's own above the RSS the imports leave). The result is printed
+in units of one model's size on disk.
+
+    python benchmarks/merge_memory.py                         # BERT-base shape, linear and recall
+    python benchmarks/merge_memory.py --layers 4 --counts 2 4   # quicker
+
+Both methods share the fusion loop; recall adds its representations (one model loaded at a time,
+a few samples) on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+_CHILD = r"""
+import json, sys
+from pathlib import Path
+from recall_cli import merge as m
+from transformers import AutoModel, AutoTokenizer  # what a merge imports anyway (the baseline too)
+import sklearn.cluster
+args = json.loads(sys.argv[1])
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+
+# Imports peak higher than they settle: reset the peak (Linux clear_refs 5) so that what is measured
+# is the merge's own peak above the process as it stands after imports.
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+after_imports = status("VmRSS:")
+if args["models"]:
+    options = m.MergeOptions(texts=m.samples.read_samples_file(Path(args["samples"])), clusters=4, pool=16, max_seq_length=32)
+    m.run_merge(args["models"], Path(args["out"]), args["method"], options)
+print(json.dumps({"after_imports_kb": after_imports, "peak_kb": status("VmHWM:")}))
+"""
+
+
+def build_models(root: Path, n: int, layers: int, hidden: int) -> list[str]:
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import minilm_path
+
+    config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
+                        intermediate_size=4 * hidden, vocab_size=30522, num_labels=2)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # BERT's 30522-token WordPiece vocabulary
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config)
+    paths = []
+    for i in range(n):
+        folder = root / f"model{i}"
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1e-3 * torch.randn_like(p))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        paths.append(str(folder))
+    return paths
+
+
+def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path) -> tuple[float, float]:
+    payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples)})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-c", _CHILD, payload], capture_output=True, text=True, env=env, check=True)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    return got["after_imports_kb"] / 1024, got["peak_kb"] / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--counts", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--methods", nargs="+", default=["linear", "recall"])
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
+        root = Path(tmp)
+        models = build_models(root, max(args.counts), args.layers, args.hidden)
+        model_mb = (Path(models[0]) / "model.safetensors").stat().st_size / 2**20
+        samples = root / "samples.txt"
+        samples.write_text("\n".join(f"sample sentence number {i} for the typical set" for i in range(16)) + "\n")
+        print(f"one model: {model_mb:.0f} MB on disk ({args.layers} layers, hidden {args.hidden})")
+        print("| N | method | inputs on disk (MB) | RSS after imports (MB) | peak RSS (MB) | peak above imports (MB) | in models |")
+        print("|---|---|---|---|---|---|---|")
+        for n in args.counts:
+            for method in args.methods:
+                out = root / f"out_{method}_{n}"
+                base, peak = peak_rss_mb(models[:n], out, method, samples)
+                above = peak - base
+                print(f"| {n} | {method} | {n * model_mb:.0f} | {base:.0f} | {peak:.0f} | {above:.0f} | {above / model_mb:.2f} |", flush=True)
+                shutil.rmtree(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Merging N models into one encoder, layer by layer, and writing one classifier per source model.
+
+Memory: tensors are read one layer at a time from every model (N copies of one layer), fused, and
+kept; the merged encoder (one model) is then written once per source with that source's head, each
+output file built by safetensors in memory (a second model). RECALL's representations are a few
+(samples x layers x hidden) tensors, computed one model at a time.
+
+Outputs go to a temporary folder beside ``out`` and are renamed into place at the end, so a failure
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from .base import MergeMethod
+from .io import (
+    SOURCE_RECIPE_FILE,
+    WEIGHTS_FILE,
+    Anchor,
+    MergeError,
+    Source,
+    anchor_from_model,
+    anchor_of,
+    check_compatible,
+    layer_groups,
+    open_source,
+    read_layer,
+    read_tensors,
+)
+
+MERGE_RECORD = "merge.json"
+# Files of a checkpoint folder that are not weights or training state: config and tokenizer.
+_NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+_NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE}
+
+_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+
+
+@dataclass
+class MergeResult:
+    out: Path
+    record: dict[str, Any]
+    outputs: dict[str, Path] = field(default_factory=dict)  # source name -> output folder
+
+
+def open_sources(args: list[str]) -> list[Source]:
+    """Every input opened (names and shapes only) and checked against the others."""
+    if len(args) < 2:
+        raise MergeError("give at least two models to merge (run directories or save_pretrained folders)")
+    sources = [open_source(a) for a in args]
+    seen: dict[str, int] = {}
+    for s in sources:
+        if s.arg.startswith("pkg:"):
+            s.name = s.arg[len("pkg:"):]
+        count = seen.get(s.name, 0)
+        seen[s.name] = count + 1
+        if count:
+            s.name = f"{s.name}-{count + 1}"
+    check_compatible(sources)
+    return sources
+
+
+def find_reference(sources: list[Source], reference: str | None) -> int:
+    """The newest model: the last input unless --reference names one of them (as given, by output
+    name, or by path)."""
+    if reference is None:
+        return len(sources) - 1
+    for i, s in enumerate(sources):
+        if reference in (s.arg, s.name) or Path(reference).resolve() in (Path(s.arg).resolve(), s.folder.resolve()):
+            return i
+    raise MergeError(f"--reference {reference} is not one of the models to merge: name one of {', '.join(s.arg for s in sources)}")
+
+
+def base_anchors(sources: list[Source], base: str | None) -> list[Anchor]:
+    """Where theta* comes from: --base, else every input run's anchor.safetensors (which must agree)."""
+    if base is not None:
+        b = open_source(base)
+        check_compatible([sources[0], b])
+        return [anchor_from_model(b)]
+    anchors = [a for a in (anchor_of(s) for s in sources) if a is not None]
+    if not anchors:
+        raise MergeError("this method needs theta* (the pretrained weights): give --base MODEL, or merge recall runs (they keep anchor.safetensors)")
+    return anchors
+
+
+def fuse(sources: list[Source], method: MergeMethod, anchors: list[Anchor] | None = None) -> dict[str, torch.Tensor]:
+    """The merged encoder, by prefix-free name, fused one layer at a time."""
+    merged: dict[str, torch.Tensor] = {}
+    for layer, names in layer_groups(sources[0]).items():
+        per_model = [read_layer(s, names) for s in sources]
+        base = None
+        if method.needs_base:
+            reads = [a.read(names) for a in anchors]
+            for other, read in zip(anchors[1:], reads[1:]):
+                for n in names:
+                    if not torch.equal(read[n], reads[0][n]):
+                        raise MergeError(
+                            f"the runs were fine-tuned from different weights ({anchors[0].where} and {other.where} "
+                            f"differ at {n}): say which theta* to use with --base MODEL")
+            base = reads[0]
+        for n in names:
+            out = method.fuse([m[n] for m in per_model], layer, base[n] if base is not None else None)
+            merged[n] = out.to(_DTYPES.get(sources[0].dtypes[n], torch.float32)).contiguous()
+        del per_model, base
+    return merged
+
+
+def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path) -> None:
+    folder.mkdir()
+    tensors = {source.key(n): t for n, t in merged.items()}
+    tensors.update(read_tensors(source.files, source.head + source.kept))
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+    del tensors
+    for item in source.folder.iterdir():
+        if item.name in _NOT_COPIED or item.name.endswith(_NOT_COPIED_SUFFIXES) or item.name.startswith("."):
+            continue
+        if item.is_file():
+            shutil.copy2(item, folder / item.name)
+        elif item.is_dir() and not any(item.rglob("*.safetensors")):
+            shutil.copytree(item, folder / item.name)  # e.g. a sentence-transformers model's 1_Pooling/
+    if source.recipe is not None:
+        import yaml
+
+        (folder / SOURCE_RECIPE_FILE).write_text(
+            "# The recipe this model's head was trained with (recall merge): `recall evaluate` scores it on this task.\n"
+            + yaml.safe_dump(source.recipe, sort_keys=False), encoding="utf-8")
+
+
+def check_out(out: Path) -> None:
+    if out.exists():
+        raise MergeError(f"--out {out} already exists: choose a new folder (nothing is overwritten)")
+
+
+def merge(
+    sources: list[Source],
+    method: MergeMethod,
+    out: Path,
+    *,
+    anchors: list[Anchor] | None = None,
+    record: dict[str, Any] | None = None,
+) -> MergeResult:
+    """Fuse ``sources`` with ``method`` and write DIR/<name>/ per source plus DIR/merge.json."""
+    out = Path(out)
+    check_out(out)
+    merged = fuse(sources, method, anchors)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        outputs = {}
+        for s in sources:
+            _write_output(s, merged, staging / s.name)
+            outputs[s.name] = out / s.name
+        full = {
+            "method": method.name,
+            **method.describe(),
+            "inputs": [
+                {"name": s.name, "model": s.arg, "checkpoint": str(s.folder), "task": s.task, "head": bool(s.head)}
+                for s in sources
+            ],
+            "theta_star": [a.where for a in anchors] if anchors else None,
+            **(record or {}),
+            "outputs": {name: str(path) for name, path in outputs.items()},
+        }
+        (staging / MERGE_RECORD).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        check_out(out)  # someone else may have made it meanwhile
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return MergeResult(out, full, outputs)

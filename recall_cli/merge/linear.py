@@ -1,0 +1,49 @@
+"""Weighted average of the models: theta = sum_i w_i theta_i, with weights normalised to sum to 1.
+
+With the pretrained model among the inputs this is WiSE-FT's interpolation (Wortsman et al. 2022).
+Weights are either one per model for every layer, or a table of one per model per layer: RECALL's
+fusion is this method with the weights it computes per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .io import MergeError
+
+
+def normalise(weights: Sequence[float]) -> list[float]:
+    total = float(sum(weights))
+    if any(w < 0 for w in weights) or total <= 0:
+        raise MergeError(f"--weights {','.join(f'{w:g}' for w in weights)}: weights must be >= 0 with a positive sum")
+    return [float(w) / total for w in weights]
+
+
+class Linear:
+    name = "linear"
+    needs_base = False
+
+    def __init__(self, weights: Sequence[float] | Mapping[int, Sequence[float]]):
+        if isinstance(weights, Mapping):
+            self.per_layer = {int(n): normalise(w) for n, w in weights.items()}
+            self.weights = None
+        else:
+            self.per_layer = None
+            self.weights = normalise(weights)
+
+    def weights_for(self, layer: int) -> list[float]:
+        return self.per_layer[layer] if self.per_layer is not None else self.weights
+
+    def fuse(self, tensors: list[Tensor], layer: int, base: Tensor | None = None) -> Tensor:
+        weights = self.weights_for(layer)
+        out = torch.zeros_like(tensors[0], dtype=torch.float32)
+        for w, t in zip(weights, tensors):
+            out.add_(t.float(), alpha=w)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"weights": self.weights} if self.weights is not None else {}

@@ -1,0 +1,164 @@
+"""RECALL (Wang et al., arXiv 2510.20479): per-layer merge weights from how close each model's hidden
+representations are to the reference (newest) model's, on a few typical inputs. No training data of
+the older tasks is needed.
+
+1. typical samples: a pool of inputs (the reference's task, or a file) embedded by the reference
+   model (mean-pooled last hidden state, padding masked, L2-normalised) and clustered with k-means++;
+   the input nearest each centroid is kept;
+2. representations: r_i^n(x), model i's layer-n hidden states averaged over x's non-padding tokens
+   (layer 0 = embedding output);
+3. similarity: s_i^n = mean_x exp(-gamma_n ||r_ref^n(x) - r_i^n(x)||^2), so the reference has s = 1;
+4. weights: w_i^n = softmax_i(s_i^n / tau).
+
+Only the weights are computed here; fusion is the linear method with these weights per layer.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from .io import MergeError, Source
+from .linear import Linear
+
+DEFAULT_CLUSTERS = 16
+DEFAULT_POOL = 512
+DEFAULT_TEMPERATURE = 0.05
+DEFAULT_GAMMA = "hidden"
+
+
+@torch.no_grad()
+def layer_representations(folder, features, batch_size: int, device: torch.device, pad_id: int) -> torch.Tensor:
+    """(layers, samples, hidden): each layer's hidden states mean-pooled over non-padding tokens."""
+    from transformers import AutoModel
+
+    from ..data import collate
+    from ..model import quiet_transformers
+
+    quiet_transformers()
+    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
+    pooled = []
+    for start in range(0, len(features), batch_size):
+        batch = collate(features, list(range(start, min(start + batch_size, len(features)))), pad_id)
+        batch.pop("labels")
+        batch = {k: v.to(device) for k, v in batch.items()}
+        hidden = model(**batch, output_hidden_states=True).hidden_states
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled.append(torch.stack([(h.float() * mask).sum(1) / mask.sum(1) for h in hidden]).cpu())
+    del model
+    return torch.cat(pooled, dim=1)
+
+
+def typical_samples(embeddings: np.ndarray, clusters: int, seed: int) -> list[int]:
+    """Indices of the inputs nearest each k-means++ centroid of L2-normalised ``embeddings``."""
+    from sklearn.cluster import KMeans
+
+    x = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True).clip(min=1e-12)
+    k = min(clusters, len(x))
+    km = KMeans(n_clusters=k, init="k-means++", n_init=4, random_state=seed).fit(x)
+    chosen: list[int] = []
+    for centre in km.cluster_centers_:
+        order = np.argsort(((x - centre) ** 2).sum(1))
+        chosen.append(int(next(i for i in order if int(i) not in chosen)))
+    return sorted(chosen)
+
+
+def gammas(reps: list[torch.Tensor], ref: int, gamma: str | float) -> list[float]:
+    """gamma_n per layer. "median": 1 / median over samples and non-reference models of the squared
+    distance (the median heuristic: a typical distance gives exp(-1) at every layer, whatever the
+    layer's scale). "hidden": 1 / hidden size. A number: that gamma at every layer."""
+    layers, _, hidden = reps[ref].shape
+    if isinstance(gamma, (int, float)) or gamma not in ("median", "hidden"):
+        value = float(gamma)
+        if value <= 0:
+            raise MergeError(f"--gamma {gamma}: use median, hidden or a positive number")
+        return [value] * layers
+    if gamma == "hidden":
+        return [1.0 / hidden] * layers
+    out = []
+    for n in range(layers):
+        d = torch.cat([((r[n] - reps[ref][n]) ** 2).sum(-1) for i, r in enumerate(reps) if i != ref])
+        median = float(d.median()) if d.numel() else 0.0
+        # All models equal the reference here: every gamma gives s = 1, so any finite one will do.
+        out.append(1.0 / median if median > 0 else 1.0 / hidden)
+    return out
+
+
+def similarities(reps: list[torch.Tensor], ref: int, gamma_n: list[float]) -> np.ndarray:
+    """s[n, i] = mean_x exp(-gamma_n ||r_ref^n(x) - r_i^n(x)||^2)."""
+    layers = reps[ref].shape[0]
+    s = np.zeros((layers, len(reps)))
+    for i, r in enumerate(reps):
+        d = ((r - reps[ref]) ** 2).sum(-1)  # (layers, samples)
+        s[:, i] = torch.exp(-torch.tensor(gamma_n).unsqueeze(1) * d).mean(1).numpy()
+    return s
+
+
+def softmax_weights(s: np.ndarray, temperature: float) -> np.ndarray:
+    z = s / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def recall_weights(
+    sources: list[Source],
+    ref: int,
+    texts: list[tuple[str, ...]],
+    *,
+    clusters: int = DEFAULT_CLUSTERS,
+    pool: int = DEFAULT_POOL,
+    temperature: float = DEFAULT_TEMPERATURE,
+    gamma: str | float = DEFAULT_GAMMA,
+    max_seq_length: int = 128,
+    batch_size: int = 32,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> tuple[Linear, dict[str, Any]]:
+    """The linear method with RECALL's per-layer weights, and what merge.json records about them."""
+    from ..data import Examples, tokenize
+    from ..model import load_tokenizer
+
+    if temperature <= 0:
+        raise MergeError(f"--temperature {temperature:g}: the softmax temperature must be > 0")
+    if not texts:
+        raise MergeError("no input to take typical samples from: the samples are empty")
+    device = device or torch.device("cpu")
+    rng = random.Random(seed)
+    candidates = list(range(len(texts)))
+    rng.shuffle(candidates)
+    candidates = sorted(candidates[:pool])
+    pool_texts = [texts[i] for i in candidates]
+
+    tokenizer = load_tokenizer(str(sources[ref].folder))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def features(rows):
+        return tokenize(Examples(rows, [0] * len(rows), "samples"), tokenizer, max_seq_length)
+
+    # The reference embeds the pool once; its last layer is the clustering embedding.
+    pool_reps = layer_representations(sources[ref].folder, features(pool_texts), batch_size, device, pad_id)
+    chosen = typical_samples(pool_reps[-1].numpy(), clusters, seed)
+    sample_features = features([pool_texts[i] for i in chosen])
+    reps = []
+    for i, source in enumerate(sources):
+        reps.append(pool_reps[:, chosen] if i == ref else layer_representations(source.folder, sample_features, batch_size, device, pad_id))
+    gamma_n = gammas(reps, ref, gamma)
+    s = similarities(reps, ref, gamma_n)
+    w = softmax_weights(s, temperature)
+    report = {
+        "temperature": temperature,
+        "gamma_rule": gamma if isinstance(gamma, str) else float(gamma),
+        "gamma": gamma_n,
+        "pool": len(pool_texts),
+        "clusters": len(chosen),
+        "samples_used": [list(pool_texts[i]) for i in chosen],
+        "layers": [
+            {"layer": n, "gamma": gamma_n[n], "similarity": s[n].tolist(), "weight": w[n].tolist()}
+            for n in range(s.shape[0])
+        ],
+    }
+    return Linear({n: w[n].tolist() for n in range(w.shape[0])}), report

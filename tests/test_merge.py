@@ -1,0 +1,223 @@
+"""`recall merge` on tiny BERTs: what each method returns, RECALL's weights, the outputs, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from recall_cli.cli import app
+from recall_cli.merge.io import layer_of
+from recall_cli.merge.ties import Ties, ties_merge
+
+from conftest import tiny_recipe
+
+runner = CliRunner()
+
+
+def make_run(root: Path, name: str, base_dir: Path, seed: int, scale: float = 0.02) -> Path:
+    """A recall run directory by hand: the tiny encoder plus seeded noise and a fresh head in best/,
+    theta* in anchor.safetensors (classifier names), the recipe in config.yaml."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    run = root / name
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification.from_pretrained(base_dir, num_labels=2)
+    anchors = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("bert.")}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn_like(p))
+    model.save_pretrained(run / "best")
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run / "best")
+    save_file({k: v.contiguous() for k, v in anchors.items()}, str(run / "anchor.safetensors"))
+    (run / "config.yaml").write_text(yaml.safe_dump(tiny_recipe(base_dir, run)), encoding="utf-8")
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("merge_runs")
+    return {name: make_run(root, name, tiny_model_dir, seed) for name, seed in (("a", 1), ("b", 2))}
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("samples") / "samples.txt"
+    rows = ["the film was a delight", "a dull, lifeless script", "He said it would rain.\tIt rained, as he said.",
+            "nothing works here", "an instant classic", "the plot is thin but the cast is great"]
+    path.write_text("\n".join(rows * 3) + "\n", encoding="utf-8")
+    return path
+
+
+def merge(*args) -> tuple[int, str]:
+    result = runner.invoke(app, ["merge", *map(str, args), "--device", "cpu", "--json"])
+    return result.exit_code, result.output
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_identical_models_merge_to_themselves(runs, samples, tmp_path):
+    twin = tmp_path / "a_twin"
+    shutil.copytree(runs["a"], twin)
+    for method in ("recall", "linear"):
+        out = tmp_path / method
+        code, output = merge(runs["a"], twin, "--out", out, "--method", method, "--samples", samples, "--clusters", "3")
+        assert code == 0, output
+        source = weights(runs["a"] / "best")
+        for name in ("a", "a_twin"):
+            merged = weights(out / name)
+            assert merged.keys() == source.keys()
+            for key, tensor in source.items():
+                assert torch.equal(merged[key], tensor), (method, key)
+
+
+def test_recall_weights_sum_to_one_and_favour_the_reference(runs, samples, tmp_path):
+    out = tmp_path / "m"
+    code, output = merge(runs["a"], runs["b"], "--out", out, "--samples", samples, "--clusters", "4")
+    assert code == 0, output
+    record = json.loads((out / "merge.json").read_text())
+    assert record == json.loads(output)
+    assert record["method"] == "recall" and record["reference"] == "b" and record["clusters"] == 4
+    assert len(record["samples_used"]) == 4
+    assert [row["layer"] for row in record["layers"]] == [0, 1, 2]  # embeddings + 2 blocks
+    for row in record["layers"]:
+        assert sum(row["weight"]) == pytest.approx(1.0, abs=1e-9)
+        assert row["similarity"][1] == pytest.approx(1.0)  # the reference against itself
+        assert row["weight"][1] > row["weight"][0]
+        assert 0 < row["similarity"][0] < 1
+    # Fusion is the linear rule with each layer's weights; heads stay each model's own.
+    a, b = weights(runs["a"] / "best"), weights(runs["b"] / "best")
+    merged_a, merged_b = weights(out / "a"), weights(out / "b")
+    w = record["layers"][1]["weight"]
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    assert torch.allclose(merged_a[key], w[0] * a[key] + w[1] * b[key], atol=1e-6)
+    assert torch.equal(merged_a[key], merged_b[key])
+    w = record["layers"][2]["weight"]
+    key = "bert.pooler.dense.weight"  # the pooler takes the last layer's weights
+    assert torch.allclose(merged_a[key], w[0] * a[key] + w[1] * b[key], atol=1e-6)
+    assert torch.equal(merged_a["classifier.weight"], a["classifier.weight"])
+    assert torch.equal(merged_b["classifier.weight"], b["classifier.weight"])
+
+
+def test_temperature_sharpens_the_weights(runs, samples, tmp_path):
+    spread = []
+    for tau in ("10", "0.05"):
+        code, output = merge(runs["a"], runs["b"], "--out", tmp_path / tau, "--samples", samples, "--clusters", "4",
+                             "--temperature", tau)
+        assert code == 0, output
+        spread.append(max(row["weight"][1] for row in json.loads(output)["layers"]))
+    assert spread[0] < 0.53 < spread[1]  # tau 10: nearly uniform; tau 0.05: the reference dominates
+
+
+def test_linear_one_zero_returns_the_first_model(runs, tmp_path):
+    out = tmp_path / "m"
+    code, output = merge(runs["a"], runs["b"], "--out", out, "--method", "linear", "--weights", "1,0")
+    assert code == 0, output
+    a, b = weights(runs["a"] / "best"), weights(runs["b"] / "best")
+    for key, tensor in weights(out / "a").items():
+        assert torch.equal(tensor, a[key]), key
+    merged_b = weights(out / "b")
+    assert torch.equal(merged_b["bert.embeddings.word_embeddings.weight"], a["bert.embeddings.word_embeddings.weight"])
+    assert torch.equal(merged_b["classifier.bias"], b["classifier.bias"])
+
+
+def test_pretrained_encoder_as_an_input_is_wise_ft(runs, tiny_model_dir, tmp_path):
+    out = tmp_path / "m"
+    code, output = merge(tiny_model_dir, runs["a"], "--out", out, "--method", "linear", "--weights", "1,3")
+    assert code == 0, output
+    record = json.loads(output)
+    assert [i["head"] for i in record["inputs"]] == [False, True]
+    pre, a = weights(tiny_model_dir), weights(runs["a"] / "best")
+    merged = weights(out / "a")
+    key = "encoder.layer.1.output.dense.weight"
+    assert torch.allclose(merged["bert." + key], 0.25 * pre[key] + 0.75 * a["bert." + key], atol=1e-6)
+    assert set(weights(out / tiny_model_dir.name)) == set(pre)  # an encoder, no head
+
+
+def test_task_arithmetic_lambda_zero_returns_the_base(runs, tiny_model_dir, tmp_path):
+    pre = weights(tiny_model_dir)
+    for i, base in enumerate((["--base", str(tiny_model_dir)], [])):  # --base, then the runs' anchor.safetensors
+        out = tmp_path / f"m{i}"
+        code, output = merge(runs["a"], runs["b"], "--out", out, "--method", "task_arithmetic", "--lambda", "0", *base)
+        assert code == 0, output
+        merged = weights(out / "b")
+        for key, tensor in pre.items():
+            assert torch.equal(merged["bert." + key], tensor), key
+
+
+def test_ties_matches_a_hand_computed_example(runs, tmp_path):
+    vectors = torch.tensor([[3.0, -1.0, 0.5, -2.0], [-1.0, 2.0, 1.0, -4.0]])
+    # trim to 2 of 4: [3, 0, 0, -2] and [0, 2, 0, -4]; signs of the sum [1, 1, 0, -1];
+    # mean of the agreeing values: [3, 2, 0, (-2 - 4) / 2].
+    assert torch.equal(ties_merge(vectors, 0.5), torch.tensor([3.0, 2.0, 0.0, -3.0]))
+    base = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    method = Ties(lam=0.5, density=0.5)
+    fused = method.fuse([base + vectors[0].reshape(2, 2), base + vectors[1].reshape(2, 2)], 1, base)
+    assert torch.equal(fused, base + 0.5 * torch.tensor([[3.0, 2.0], [0.0, -3.0]]))
+    code, output = merge(runs["a"], runs["b"], "--out", tmp_path / "m", "--method", "ties", "--density", "1")
+    assert code == 0, output  # density 1, two models: same-sign entries averaged, the rest the larger mass
+    assert json.loads(output)["density"] == 1.0
+
+
+def test_outputs_open_with_from_pretrained_and_score_with_evaluate(runs, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "m"
+    code, output = merge(runs["a"], runs["b"], "--out", out, "--method", "linear", "--weights", "1,0")
+    assert code == 0, output
+    model = AutoModelForSequenceClassification.from_pretrained(out / "a")
+    assert model.config.num_labels == 2
+    scored = []
+    for path in (runs["a"], out / "a"):
+        result = runner.invoke(app, ["evaluate", str(path), "--json", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        scored.append(json.loads(result.output))
+    assert scored[1]["task"] == "mrpc" and scored[1]["examples"] == {"dev": 40}
+    assert scored[1]["metrics"] == scored[0]["metrics"]  # weights (1, 0): model a, scored alike
+
+
+def test_layer_index_from_parameter_names():
+    assert layer_of("embeddings.word_embeddings.weight", 6) == 0
+    assert layer_of("encoder.layer.0.attention.self.query.weight", 6) == 1
+    assert layer_of("transformer.layer.5.ffn.lin1.weight", 6) == 6  # DistilBERT
+    assert layer_of("pooler.dense.weight", 6) == 6
+
+
+def test_bad_input_exits_2_and_writes_nothing(runs, samples, tiny_model_dir, tmp_path):
+    from transformers import BertConfig, BertModel
+
+    other = tmp_path / "wide"
+    config = BertModel.config_class.from_pretrained(tiny_model_dir).to_dict()
+    BertModel(BertConfig(**{**config, "intermediate_size": 40})).save_pretrained(other)
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "exists").mkdir()
+    a, b = str(runs["a"]), str(runs["b"])
+    cases = {
+        "one model": [a],
+        "no such run": [a, str(tmp_path / "nope")],
+        "different shapes": [a, str(other), "--method", "linear"],
+        "empty samples": [a, b, "--samples", str(tmp_path / "empty.txt")],
+        "missing samples": [a, b, "--samples", str(tmp_path / "missing.txt")],
+        "temperature 0": [a, b, "--temperature", "0"],
+        "negative temperature": [a, b, "--temperature", "-1"],
+    }
+    for case, args in cases.items():
+        out = tmp_path / "out"
+        result = runner.invoke(app, ["merge", *args, "--out", str(out)])
+        assert result.exit_code == 2, (case, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (case, result.output)
+        assert not out.exists(), case
+    result = runner.invoke(app, ["merge", a, b, "--out", str(tmp_path / "exists"), "--method", "linear"])
+    assert result.exit_code == 2 and "already exists" in result.output
+    assert list((tmp_path / "exists").iterdir()) == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
