@@ -37,6 +37,7 @@ TASK_TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B",
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
                      "optimizer.anneal_w", "optimizer.pretrain_cof")
 # Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
+# probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
                 "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code"}
 SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "optimizer.anneal_w",
@@ -195,7 +196,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
     keys: list[str] = []
     for run in runs:
         for key in run.settings:
-            if key in keys or key in NOT_SETTINGS or key == "task.name":
+            if key in keys or key in NOT_SETTINGS or key == "task.name" or key.startswith("probe."):
                 continue
             if any(len(_values(group, key)) > 1 for group in by_task.values()):
                 keys.append(key)
