@@ -207,7 +207,8 @@ class Prober:
 
     def measure(self, model: torch.nn.Module) -> dict[str, Any]:
         start = time.perf_counter()
-        mine = self._features(model)
+        with torch.random.fork_rng(devices=[]):  # a measurement leaves the training's random stream alone
+            mine = self._features(model)
         record: dict[str, Any] = {}
         if "cka" in self.probes:
             pairs = list(zip(mine["layers"], self.ref["layers"]))
@@ -267,10 +268,10 @@ def prober_for_run(recipe, model: torch.nn.Module, anchors: dict[str, Tensor], t
             if shared:
                 inputs.notes.append(f"{shared} of the {len(texts)} {name} sentences also occur in the task's training "
                                     "data: the probe partly measures the task itself (set probe.texts_file / probe.pairs_file)")
-    head, note = (None, None)
-    if "mlm" in cfg.probes:
-        head, note = load_mlm_head(recipe.model.name_or_path, recipe.model.trust_remote_code)
-    with weights_loaded(model, anchors):
+    # Building the MLM model initialises weights (a head the checkpoint lacks): keep the run's random
+    # stream untouched, so that a run trains the same with probes on or off.
+    with torch.random.fork_rng(devices=[]), weights_loaded(model, anchors):
+        head, note = load_mlm_head(recipe.model.name_or_path, recipe.model.trust_remote_code) if "mlm" in cfg.probes else (None, None)
         return Prober(list(cfg.probes), inputs, tokenizer, model, device, max_length=cfg.max_length,
                       batch_size=cfg.batch_size, mlm_head=head, mlm_note=note)
 
