@@ -67,7 +67,7 @@ def debiased_cka(x: Tensor, y: Tensor) -> float:
 def drift(theta: Tensor, reference: Tensor) -> float:
     """Feature drift: the mean over examples of 1 - cos(e_θ(x), e_θ*(x)), rows being examples."""
     cos = torch.nn.functional.cosine_similarity(theta.to(torch.float64), reference.to(torch.float64), dim=1)
-    return float((1.0 - cos).mean())
+    return float((1.0 - cos).clamp(min=0.0).mean())  # rounding can put cos a hair above 1
 
 
 def pair_cosines(first: Tensor, second: Tensor) -> np.ndarray:
