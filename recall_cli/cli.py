@@ -222,6 +222,9 @@ def evaluate(
 from .cli_runs import register  # noqa: E402 - the sweep/forgetting/compare group
 
 register(app)
+from .cli_probe import register as register_probe  # noqa: E402 - probe/tradeoff
+
+register_probe(app)
 
 from .cli_merge import register as register_merge  # noqa: E402 - recall merge
 

@@ -110,7 +110,10 @@ def forgetting(
     dpi: Annotated[int, typer.Option(min=30, max=600, help="Resolution of a PNG (the figure is 13 x 4 inches).")] = 150,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-run table as JSON.")] = False,
 ) -> None:
-    """Figure 2 of the paper: distance to theta* and training loss against step, plus lambda(t), per setting."""
+    """Figure 2 of the paper: distance to theta* and training loss against step, plus lambda(t), per setting.
+
+    Runs with probe records also get OUT_probes.png: retained skill and last-layer CKA against the step
+    beside the distance, and CKA per layer at the last probe."""
 
     def go() -> None:
         import json
@@ -118,17 +121,33 @@ def forgetting(
         from . import report
         from .plots import forgetting_figure
 
+        from . import probe_report
+        from .probe_plots import probe_figure
+
         runs = report.load_runs(run_dir, warn=_warn)
         groups = report.forgetting_groups(runs, label)
+        # Runs with probe records get a second figure beside the first: forgetting in function space.
+        probes_out = out.with_name(f"{out.stem}_probes{out.suffix}") if probe_report.has_probes(runs) else None
         forgetting_figure(groups, out, dpi=dpi)
+        if probes_out is not None:
+            probe_figure(groups, probes_out, dpi=dpi)
         rows = report.forgetting_rows(runs, groups)
+        probe_rows = probe_report.probe_rows(groups)
         if as_json:
+            by_run = {r["run"]: r for r in probe_rows}
+            for row in rows:
+                if row["run"] in by_run:
+                    row["probe"] = {k: v for k, v in by_run[row["run"]].items() if k not in ("run", "name", "label", "seed")}
             typer.echo(json.dumps(rows, indent=2))
         else:
             from .console import out_console
 
             out_console.print(report.forgetting_table(rows))
+            if probe_rows:
+                out_console.print(probe_report.probe_rows_table(probe_rows))
         typer.echo(f"figure: {out}", err=as_json)
+        if probes_out is not None:
+            typer.echo(f"figure: {probes_out}", err=as_json)
 
     _guarded(go)
 

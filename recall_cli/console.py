@@ -100,7 +100,7 @@ class RichReporter(Reporter):
 
     def eval(self, record):
         metrics = " ".join(f"{k}={_fmt(v)}" for k, v in record.items() if k not in ("step", "split"))
-        self.progress.console.print(f"[cyan]eval[/] step {record['step']}: {metrics}")
+        self.progress.console.print(f"[cyan]{record.get('split', 'eval')}[/] step {record['step']}: {metrics}")
 
     def step(self, step):
         self.progress.update(self.task_id, completed=step)

@@ -257,3 +257,12 @@ def parameter_groups(
             group["anchors"] = [anchors[n] for n, _ in named]
         groups.append(group)
     return groups
+
+
+def load_encoder(name_or_path: str | Path, trust_remote_code: bool = False) -> torch.nn.Module:
+    """The bare transformer of any checkpoint (a pretrained model, a fine-tuned classifier's body), fp32."""
+    from transformers import AutoModel
+
+    quiet_transformers()
+    return _load("model", AutoModel.from_pretrained, str(name_or_path), dtype=torch.float32,
+                 trust_remote_code=trust_remote_code)

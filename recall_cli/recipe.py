@@ -90,11 +90,29 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ProbeConfig:
+    """What the model still knows, measured at step 0 and at every evaluation (recall_cli/probes/).
+    Sized so that the quick start spends under 5% of its time here (benchmarks/probe_cost.py)."""
+
+    enabled: bool = True
+    probes: list[str] = field(default_factory=lambda: ["cka", "drift", "sts", "mlm"])
+    texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
+    pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
+    num_texts: int | None = 128  # first N probe sentences; null = all
+    num_pairs: int | None = 256  # a fixed seeded sample of N pairs; null = all
+    max_length: int = 64  # tokens per probe sentence
+    batch_size: int = 64
+    every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
+
+
+@dataclass(frozen=True)
 class Recipe:
     model: ModelConfig
     task: TaskConfig
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # Runs written before probes existed have no probe section: they read as the defaults.
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     output_dir: str = "runs/run"
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +129,7 @@ SECTIONS: dict[str, type] = {
     "task": TaskConfig,
     "optimizer": OptimizerConfig,
     "train": TrainConfig,
+    "probe": ProbeConfig,
 }
 REQUIRED_SECTIONS = ("model", "task")
 
@@ -374,6 +393,31 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
         need(getattr(tr, key) >= 0, f"train.{key}: must be >= 0, got {getattr(tr, key)}")
     need(tr.log_every >= 1, f"train.log_every: must be >= 1, got {tr.log_every}")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
+    problems += _check_probe(recipe.probe, check_files)
+    return problems
+
+
+PROBE_NAMES = ("cka", "drift", "sts", "mlm")  # recall_cli/probes/runner.py PROBES
+
+
+def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
+    problems = [f"probe.probes: unknown probe '{name}' (choose from {', '.join(PROBE_NAMES)})"
+                for name in p.probes if name not in PROBE_NAMES]
+    for key in ("num_texts", "num_pairs"):
+        value = getattr(p, key)
+        if value is not None and value < 4:
+            problems.append(f"probe.{key}: must be >= 4 or null (all), got {value}")
+    if p.max_length < 8:
+        problems.append(f"probe.max_length: must be >= 8, got {p.max_length}")
+    if p.batch_size < 1:
+        problems.append(f"probe.batch_size: must be >= 1, got {p.batch_size}")
+    if p.every < 0:
+        problems.append(f"probe.every: must be >= 0 (0: at each evaluation), got {p.every}")
+    if check_files and p.enabled:
+        for key in ("texts_file", "pairs_file"):
+            path = getattr(p, key)
+            if path is not None and not Path(path).is_file():
+                problems.append(f"probe.{key}: file not found: {path}")
     return problems
 
 

@@ -37,8 +37,12 @@ TASK_TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B",
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
                      "optimizer.anneal_w", "optimizer.pretrain_cof")
 # Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
+# probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
                 "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code"}
+# Scalar fields of metrics.jsonl's probe records (recall_cli/probes/runner.py), usable as --metric.
+PROBE_MEASURES = ("cka", "cka_debiased", "drift", "sts", "sts_ref", "sts_retained", "mlm_loss", "mlm_loss_ref",
+                  "mlm_ratio")
 SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "optimizer.anneal_w",
               "lr": "optimizer.lr", "cof": "optimizer.pretrain_cof", "init": "model.init",
               "optimizer": "optimizer.name", "seed": "train.seed", "steps": "train.max_steps",
@@ -79,14 +83,24 @@ class Run:
     def evals(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("split") == "eval"]
 
+    @property
+    def probes(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("split") == "probe"]
+
     def eval_at(self, at: str) -> dict[str, Any] | None:
+        """The final or best eval record, with the scalar probe measures taken at the same step."""
         evals = self.evals
         if not evals:
             return None
         if at == "best":
             finite = [r for r in evals if _finite(r.get("main"))]
-            return max(finite, key=lambda r: r["main"]) if finite else evals[-1]
-        return evals[-1]
+            record = max(finite, key=lambda r: r["main"]) if finite else evals[-1]
+        else:
+            record = evals[-1]
+        probe = next((p for p in self.probes if p["step"] == record["step"]), None)
+        if probe is None:
+            return record
+        return {**{k: v for k, v in probe.items() if not isinstance(v, list)}, **record}
 
 
 def read_run(path: Path, name: str) -> Run:
@@ -195,7 +209,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
     keys: list[str] = []
     for run in runs:
         for key in run.settings:
-            if key in keys or key in NOT_SETTINGS or key == "task.name":
+            if key in keys or key in NOT_SETTINGS or key == "task.name" or key.startswith("probe."):
                 continue
             if any(len(_values(group, key)) > 1 for group in by_task.values()):
                 keys.append(key)
@@ -280,7 +294,8 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
     by = [k.strip() for item in (by or []) for k in item.split(",") if k.strip()]
     if by and preset:
         raise ReportError("give either --by or --table, not both")
-    names = sorted({k for run in runs for r in run.evals for k in r if k not in ("step", "split")})
+    names = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
+                    if k not in ("step", "split") and not isinstance(v, list)})
     if metric not in names:
         raise ReportError(f"unknown --metric {metric!r}: these runs record {', '.join(names) or 'no eval metrics'}")
 
@@ -539,7 +554,8 @@ def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
 def title(result: Comparison) -> str:
     ns = sorted({cell.n for g in result.groups for cell in g.cells.values()})
     seeds = f"n={ns[0]} runs per cell" if len(ns) == 1 else "n runs per cell in the n rows"
-    return f"dev {result.metric} x100 ({result.at} eval), over seeds: {seeds}"
+    kind = "probe" if result.metric in PROBE_MEASURES else "dev"
+    return f"{kind} {result.metric} x100 ({result.at} eval), over seeds: {seeds}"
 
 
 def notes(result: Comparison) -> list[str]:

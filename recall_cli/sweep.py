@@ -275,8 +275,10 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         return f"{path} exists and is not a recall run directory: move it away or choose another --out"
     saved = flatten(read_yaml(path / CONFIG_FILE))
     wanted_flat = flatten(wanted)
+    # A key the saved config lacks did not exist when the run was made (e.g. probe.* before probes):
+    # not a difference, or every old sweep would refuse to resume after an upgrade.
     differ = [k for k in sorted(set(saved) | set(wanted_flat))
-              if k != "output_dir" and saved.get(k) != wanted_flat.get(k)]
+              if k != "output_dir" and k in saved and saved.get(k) != wanted_flat.get(k)]
     if differ:
         shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted_flat.get(k)!r} now" for k in differ[:3])
         return (f"{path} holds a run with other settings ({shown}): choose another --out, "

@@ -25,6 +25,7 @@ from .distributed import Distributed, SigtermFlag, shard
 from .evaluate import score
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
 from .optim import RecAdam, distance_to_anchor
+from .probes.runner import load_inputs as probe_inputs, prober_for_run, record_at
 from .recipe import Recipe, dump_recipe, schedule_warnings
 from .runtime import DeviceError, autocast_for, choose_precision, precision_of_saved_run, resolve_device, resolve_precision, seed_everything  # noqa: F401 - re-exported
 from .schedule import linear_warmup_decay
@@ -213,6 +214,8 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     for check in checks.checks:
         if check.status == "warn":
             reporter.warn(f"preflight: {check.name}: {check.message}")
+    if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
+        probe_inputs(list(recipe.probe.probes), recipe.probe.texts_file, recipe.probe.pairs_file, 4, 4)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     for message in schedule_warnings(recipe, total_steps):
         reporter.warn(message)
@@ -255,6 +258,12 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, why, sav
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eval_batch = tc.eval_batch_size or 2 * tc.batch_size  # per process, like batch_size
 
+    # Rank 0 alone probes (on `model`, outside DDP: no collective); the others wait at the next one.
+    # Built before the run directory is touched: a probe file it cannot read leaves nothing behind.
+    prober = prober_for_run(recipe, model, anchors, tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
+    for note in prober.notes if prober else ():
+        reporter.warn(note)
+
     state = TrainerState(world_size=ctx.world_size, precision=precision)
     if ctx.is_main and resume and run_dir.exists():
         checkpoint.remove_stale_staging(run_dir)
@@ -291,6 +300,14 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, why, sav
     order = BatchOrder(len(task.train), tc.batch_size * ctx.world_size, tc.seed)
     window = state.window
     replicas_differ = False
+
+    def probe(step: int) -> None:
+        record = record_at(prober, model, step)
+        writer.write(record)
+        reporter.eval({k: v for k, v in record.items() if not isinstance(v, list)})
+
+    if prober is not None and saved is None:
+        probe(0)  # before the first update: the curves' starting point (under RI, the random model)
 
     try:
         with SigtermFlag() as sigterm:
@@ -382,6 +399,10 @@ def _train(recipe, ctx, resume, overwrite, reporter, device, precision, why, sav
                         if ctx.is_main:
                             checkpoint.save_checkpoint(run_dir, "best", model, tokenizer)
 
+                every = recipe.probe.every
+                if prober is not None and ((evaluate_now and not every) or (every and step % every == 0) or step == total_steps):
+                    probe(step)
+
                 save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
                 if save_now or stop or step == total_steps:
                     rng_states = ctx.gather_object(checkpoint.capture_rng(device))  # each rank's dropout stream
@@ -417,6 +438,7 @@ def build_summary(recipe, run_dir, state, total_steps, final_distance, device, p
     evals = [r for r in checkpoint.read_metrics(run_dir) if r["split"] == "eval"]
     metric_names = lambda r: {k: v for k, v in r.items() if k != "split"}  # noqa: E731
     best = next((r for r in evals if r["step"] == state.best_step), None)
+    probes = [r for r in checkpoint.read_metrics(run_dir) if r["split"] == "probe"]
     return {
         "task": recipe.task.name,
         "optimizer": recipe.optimizer.name,
@@ -433,6 +455,7 @@ def build_summary(recipe, run_dir, state, total_steps, final_distance, device, p
         "best": metric_names(best) if best else None,
         "final": metric_names(evals[-1]) if evals else None,
         "final_distance": final_distance,
+        "probe": {k: v for k, v in probes[-1].items() if k != "split"} if probes else None,
         "train_seconds": state.train_seconds,
         "samples_per_s": state.samples / max(state.train_seconds, 1e-9),
         "device": str(device),

@@ -63,7 +63,7 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
     }
     for section, values in sections.items():
         if isinstance(values, dict):
-            recipe[section].update(values)
+            recipe.setdefault(section, {}).update(values)
         else:
             recipe[section] = values
     return recipe

@@ -1,0 +1,98 @@
+"""`recall probe`: what a fine-tuned model still knows, and `recall tradeoff`: task score against it.
+
+Thin like cli.py: parse, call recall_cli.probes (measurement) or probe_report/probe_plots (reading
+and drawing run directories), print. Library imports stay inside the commands for a fast --help.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_common import EXIT_USAGE, JsonOpt, fail, run_guarded
+
+PROBE_EXIT_CODES = ("Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, probe file, model or run directory "
+                    "(nothing is written). RECALL_DEBUG=1 shows tracebacks.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=PROBE_EXIT_CODES)(probe)
+    app.command(epilog=PROBE_EXIT_CODES)(tradeoff)
+
+
+def probe(
+    targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
+    against: Annotated[Optional[str], typer.Option(help="θ*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
+    probes: Annotated[str, typer.Option(help="Comma-separated probes: cka, drift, sts, mlm.")] = "cka,drift,sts,mlm",
+    texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
+    pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
+    num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,
+    num_pairs: Annotated[Optional[int], typer.Option(min=3, help="A fixed seeded sample of N pairs (default: all).")] = None,
+    max_length: Annotated[int, typer.Option(min=8, help="Tokens per sentence.")] = 128,
+    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Probe models against θ*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio."""
+
+    def go() -> None:
+        from .probes.targets import probe_targets
+
+        names = [p.strip() for p in probes.split(",") if p.strip()]
+        if device not in ("auto", "cpu", "cuda"):
+            fail(f"--device {device!r}: choose auto, cpu or cuda", EXIT_USAGE)
+        rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
+                             num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
+                             batch_size=batch_size, device=device)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        from .console import out_console
+        from .probe_report import probe_table
+
+        out_console.print(probe_table(rows))
+        for note in dict.fromkeys(n for r in rows for n in r["notes"]):
+            typer.echo(f"note: {note}")
+
+    run_guarded(go, interrupted_hint=None)
+
+
+def tradeoff(
+    run_dir: Annotated[Path, typer.Argument(help="A folder of run directories (searched recursively), e.g. a sweep's --out.")],
+    out: Annotated[Path, typer.Option(help="Figure file: .png, .svg or .pdf.")] = Path("tradeoff.png"),
+    x: Annotated[str, typer.Option(help="Task score on the x-axis: an eval metric (main, accuracy, mcc, ...).")] = "main",
+    y: Annotated[str, typer.Option(help="Retained skill on the y-axis: a probe measure (sts_retained, mlm_ratio, cka, cka_debiased, drift, sts).")] = "sts_retained",
+    by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) that make a setting (default: every key that differs).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Task score against retained skill, one point per run (final eval and final probe), median per setting marked."""
+
+    def go() -> None:
+        from . import report
+        from .probe_plots import tradeoff_figure
+        from .probe_report import tradeoff_points
+
+        try:
+            runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
+            settings = tradeoff_points(runs, x, y, list(by or []))
+            tradeoff_figure(settings, x, y, out)
+        except report.ReportError as exc:
+            fail(str(exc), EXIT_USAGE)
+        if as_json:
+            typer.echo(json.dumps(settings, indent=2))
+        else:
+            for s in settings:
+                mx, my = s["median"]
+                typer.echo(f"{s['label']}: n={len(s['points'])} median {x}={_num(mx)} {y}={_num(my)}")
+        typer.echo(f"figure: {out}", err=as_json)
+
+    run_guarded(go, interrupted_hint=None)
+
+
+def _num(value) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+

@@ -1,0 +1,133 @@
+"""Reading the probe records of run directories: curves, final per-layer CKA, tables, trade-off points.
+
+Kept out of report.py (already several jobs): this module reads what recall_cli/probes wrote to
+metrics.jsonl (``split: "probe"``); probe_plots.py draws it. Runs without probe records (written
+before probes existed, or with probe.enabled false) simply have nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .report import CurveGroup, ReportError, Run, _finite, _key, differing_keys, group_label, resolve_key
+
+# The retained-skill curve: STS where the runs measured it, else the MLM loss ratio.
+SKILL_FIELDS = ("sts_retained", "mlm_ratio")
+SKILL_TITLES = {"sts_retained": "retained STS skill ρ(θ)/ρ(θ*)", "mlm_ratio": "MLM loss ratio L(θ)/L(θ*)"}
+
+
+def has_probes(runs: list[Run]) -> bool:
+    return any(run.probes for run in runs)
+
+
+def skill_field(runs: list[Run]) -> str | None:
+    for name in SKILL_FIELDS:
+        if any(_finite(r.get(name)) for run in runs for r in run.probes):
+            return name
+    return None
+
+
+def probe_curves(group: CurveGroup, field: str):
+    """(steps, median, min, max) of a probe measure over the group's runs, at the steps all of them probed."""
+    series = [{r["step"]: r[field] for r in run.probes if _finite(r.get(field))} for run in group.runs]
+    steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    if not steps:
+        return np.array([]), np.array([]), np.array([]), np.array([])
+    values = np.array([[s[t] for t in steps] for s in series], dtype=np.float64)
+    return np.array(steps), np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def final_layers(group: CurveGroup, field: str = "cka_layers") -> np.ndarray:
+    """Per layer, the median over the group's runs of their last probe record's ``field``."""
+    rows = []
+    for run in group.runs:
+        last = next((r for r in reversed(run.probes) if isinstance(r.get(field), list)), None)
+        if last is not None:
+            rows.append([v if _finite(v) else math.nan for v in last[field]])
+    if not rows or len({len(r) for r in rows}) != 1:
+        return np.array([])
+    return np.nanmedian(np.array(rows, dtype=np.float64), axis=0)
+
+
+def probe_rows(groups: list[CurveGroup]) -> list[dict[str, Any]]:
+    """Per run with probe records: its first and last probe's measures."""
+    rows = []
+    for group in groups:
+        for run in group.runs:
+            if not run.probes:
+                continue
+            first, last = run.probes[0], run.probes[-1]
+            row = {"run": str(run.path), "name": run.name, "label": group.label, "seed": run.settings.get("train.seed"),
+                   "first_step": first["step"], "last_step": last["step"]}
+            for name in ("sts", "sts_retained", "mlm_ratio", "cka", "cka_debiased", "drift"):
+                row[name] = last.get(name)
+            row["sts_start"] = first.get("sts")
+            rows.append(row)
+    return rows
+
+
+def _num(value: Any, digits: str = ".3f") -> str:
+    return "–" if not _finite(value) else format(value, digits)
+
+
+def probe_rows_table(rows: list[dict[str, Any]]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="probes vs theta* at the last probed step (kept = STS rho ratio, MLM = loss ratio)")
+    for name in ("run", "setting", "step", "STS", "kept", "MLM", "CKA", "CKA-d", "drift"):
+        table.add_column(name, justify="left" if name in ("run", "setting") else "right",
+                         no_wrap=name not in ("run", "setting"))
+    for r in rows:
+        table.add_row(escape(r["name"]), escape(r["label"]), str(r["last_step"]), _num(r["sts"]),
+                      _bold(r["sts_retained"]), _num(r["mlm_ratio"]), _num(r["cka"]), _num(r["cka_debiased"]),
+                      _num(r["drift"]))
+    return table
+
+
+def _bold(value: Any) -> str:
+    return f"[bold]{_num(value)}[/bold]" if _finite(value) else "–"
+
+
+def probe_table(rows: list[dict[str, Any]]):
+    """`recall probe`: one row per target, retained values in bold."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="probes against theta* (retained values in bold; CKA-d: debiased)")
+    for name in ("target", "theta*", "STS", "kept", "CKA", "CKA-d", "drift", "MLM", "ratio"):
+        table.add_column(name, justify="left" if name in ("target", "theta*") else "right",
+                         no_wrap=name not in ("target", "theta*"))
+    for r in rows:
+        table.add_row(escape(r["target"]), escape(r["reference"]), _num(r.get("sts")), _bold(r.get("sts_retained")),
+                      _bold(r.get("cka")), _num(r.get("cka_debiased")), _num(r.get("drift"), ".4f"),
+                      _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio")))
+    return table
+
+
+def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict[str, Any]]:
+    """Per setting: each finished run's (final eval x, final probe y) and the medians."""
+    keys = [resolve_key(k) for k in by] if by else differing_keys(runs)
+    settings: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        if not run.finished:
+            continue
+        record = run.eval_at("final")
+        if not record or not _finite(record.get(x)) or not _finite(record.get(y)):
+            continue
+        chosen = {k: run.settings.get(k) for k in keys}
+        if len({r.task for r in runs}) > 1:
+            chosen = {"task.name": run.task, **chosen}
+        entry = settings.setdefault(_key(chosen), {"label": group_label(chosen) if chosen else "all runs",
+                                                   "settings": chosen, "points": []})
+        entry["points"].append({"run": str(run.path), x: record[x], y: record[y]})
+    if not settings:
+        raise ReportError(f"no finished run records both {x} (eval) and {y} (probe) at its final step: "
+                          "were the runs trained with probes on (probe.enabled, probe.probes)?")
+    out = list(settings.values())
+    for s in out:
+        s["median"] = [float(np.median([p[x] for p in s["points"]])), float(np.median([p[y] for p in s["points"]]))]
+    return out

@@ -1,0 +1,292 @@
+"""The one probe runner: the training loop, `recall probe` and a study all measure a model with it.
+
+A ``Prober`` holds the probe inputs (tokenized once) and θ*'s side of every measure (computed once,
+at construction); ``measure(model)`` runs θ and returns one flat record, one field per measure:
+
+    cka, cka_debiased            last-layer linear CKA (biased and debiased estimators) with θ*
+    cka_layers, cka_debiased_layers   the same per layer: embedding output, then every block
+    drift                        mean over texts of 1 - cos(e_θ, e_θ*), pooled last layer
+    sts, sts_ref, sts_retained   STS Spearman of θ, of θ*, and their ratio
+    mlm_loss, mlm_loss_ref, mlm_ratio   θ's encoder under θ*'s MLM head, θ*'s own loss, ratio
+    probe_seconds                wall time of the measurement
+
+Representations are each sentence's hidden states mean-pooled over its non-padding tokens, in
+float32 on the model's device (no autocast: a measurement, not training), compared in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import measures
+from .sets import PairSet, ProbeError, load_pairs, load_texts
+
+PROBES = ("cka", "drift", "sts", "mlm")
+MASK_RATE = 0.15
+MASK_SEED = 0
+
+
+@dataclass
+class ProbeInputs:
+    texts: list[str]
+    pairs: PairSet | None
+    notes: list[str] = field(default_factory=list)
+
+
+def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | None, num_texts: int | None,
+                num_pairs: int | None) -> ProbeInputs:
+    unknown = [p for p in probes if p not in PROBES]
+    if unknown:
+        raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(PROBES)}")
+    needs_texts = any(p in probes for p in ("cka", "drift", "mlm"))
+    texts = load_texts(texts_file, num_texts) if needs_texts else []
+    pairs = load_pairs(pairs_file, num_pairs) if "sts" in probes else None
+    return ProbeInputs(texts, pairs)
+
+
+def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer under any task head (a classifier's, an MLM's); a bare AutoModel is its own."""
+    return getattr(model, "base_model", model)
+
+
+class _Batches:
+    """Sentences tokenized once, batched by length (little padding), with the way back to file order."""
+
+    def __init__(self, tokenizer, texts: list[str], max_length: int, batch_size: int):
+        encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.n = len(texts)
+        self.batches = []
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                mask[row, : len(encoded[i])] = 1
+            self.batches.append((torch.tensor(idx), ids, mask))
+
+
+@torch.no_grad()
+def pooled_layers(encoder: torch.nn.Module, batches: _Batches, device: torch.device, last_only: bool = False) -> list[Tensor]:
+    """Mean-pooled hidden states of every layer (embedding output first), each (n, H) on the CPU."""
+    out: list[Tensor] | None = None
+    for idx, ids, mask in batches.batches:
+        ids, mask = ids.to(device), mask.to(device)
+        result = encoder(input_ids=ids, attention_mask=mask, output_hidden_states=not last_only)
+        if last_only:
+            states = (result.last_hidden_state,)
+        else:
+            states = getattr(result, "hidden_states", None)
+            if not states:
+                raise ProbeError(f"{type(encoder).__name__} returns no hidden states: the cka probe cannot run "
+                                 "on it (use --probes sts,drift)")
+        if out is None:
+            out = [torch.empty((batches.n, h.shape[-1]), dtype=torch.float32) for h in states]
+        for layer, hidden in enumerate(states):
+            out[layer][idx] = measures.mean_pool(hidden.float(), mask).cpu()
+    return out or []
+
+
+@contextmanager
+def evaluating(model: torch.nn.Module):
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@contextmanager
+def weights_loaded(model: torch.nn.Module, weights: dict[str, Tensor]):
+    """Temporarily give ``model`` the named weights (θ* from a run's anchors), then put its own back."""
+    params = dict(model.named_parameters())
+    own = {name: params[name].detach().clone() for name in weights if name in params}
+    with torch.no_grad():
+        for name in own:
+            params[name].copy_(weights[name])
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for name, value in own.items():
+                params[name].copy_(value)
+
+
+def load_mlm_head(name_or_path: str, trust_remote_code: bool = False) -> tuple[torch.nn.Module | None, str | None]:
+    """θ*'s masked-LM head, or (None, note) when the checkpoint holds none (a sentence-embedding
+    model such as all-MiniLM-L6-v2, or an architecture without an MLM form)."""
+    from transformers import AutoModelForMaskedLM
+
+    from ..model import quiet_transformers, resolve_name_or_path
+
+    quiet_transformers()
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(resolve_name_or_path(name_or_path), output_loading_info=True,
+                                                         dtype=torch.float32, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        return None, f"mlm: skipped, {name_or_path} has no masked-LM form ({' '.join(str(exc).split())[:120]})"
+    prefix = mlm.base_model_prefix
+    missing = [k for k in info.get("missing_keys", ()) if not k.startswith(prefix + ".")]
+    if missing:
+        return None, f"mlm: skipped, {name_or_path} has no pretrained masked-LM head ({len(missing)} head weights missing)"
+    heads = [module for name, module in mlm.named_children() if name != prefix]
+    if len(heads) != 1:
+        return None, f"mlm: skipped, {type(mlm).__name__} splits its head over {len(heads)} modules (not supported)"
+    return heads[0], None
+
+
+class Prober:
+    """Probe inputs and θ*'s side, computed once; ``measure(model)`` for each θ."""
+
+    def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, reference: torch.nn.Module,
+                 device: torch.device, *, max_length: int = 64, batch_size: int = 64,
+                 mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None):
+        self.probes = [p for p in PROBES if p in probes]
+        self.notes = list(inputs.notes)
+        self.device = device
+        self.texts = _Batches(tokenizer, inputs.texts, max_length, batch_size) if inputs.texts else None
+        self.pairs = inputs.pairs
+        self.n_texts, self.n_pairs = len(inputs.texts), len(inputs.pairs or ())
+        if self.pairs is not None:
+            # Each distinct sentence is encoded once; pairs index into them.
+            unique = list(dict.fromkeys(self.pairs.first + self.pairs.second))
+            where = {s: i for i, s in enumerate(unique)}
+            self._pair_index = (torch.tensor([where[s] for s in self.pairs.first]),
+                                torch.tensor([where[s] for s in self.pairs.second]))
+            self.sentences = _Batches(tokenizer, unique, max_length, batch_size)
+        if "mlm" in self.probes:
+            if mlm_head is None:
+                self.notes.append(mlm_note or "mlm: skipped, no masked-LM head")
+                self.probes.remove("mlm")
+            elif tokenizer.mask_token_id is None:
+                self.notes.append("mlm: skipped, the tokenizer has no mask token")
+                self.probes.remove("mlm")
+            else:
+                self.mlm_head = copy.deepcopy(mlm_head).to(device).eval()  # θ*'s head, never trained
+                self.masked = _masked_batches(self.texts, tokenizer)
+        self.ref = self._features(reference)
+
+    # ---- one model's side ----
+
+    @torch.no_grad()
+    def _features(self, model: torch.nn.Module) -> dict[str, Any]:
+        encoder = encoder_of(model)
+        with evaluating(encoder):
+            feats: dict[str, Any] = {}
+            if self.texts is not None and any(p in self.probes for p in ("cka", "drift")):
+                feats["layers"] = pooled_layers(encoder, self.texts, self.device, last_only="cka" not in self.probes)
+            if "sts" in self.probes:
+                emb = pooled_layers(encoder, self.sentences, self.device, last_only=True)[-1]
+                cos = measures.pair_cosines(emb[self._pair_index[0]], emb[self._pair_index[1]])
+                feats["sts"] = measures.spearman(cos, self.pairs.gold)
+            if "mlm" in self.probes:
+                feats["mlm"] = self._mlm_loss(encoder)
+        return feats
+
+    def _mlm_loss(self, encoder: torch.nn.Module) -> float:
+        total, count = 0.0, 0
+        for ids, mask, targets in self.masked:
+            hidden = encoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+            chosen = targets.to(self.device) != -100
+            logits = self.mlm_head(hidden[chosen].float())
+            total += float(torch.nn.functional.cross_entropy(logits.float(), targets.to(self.device)[chosen], reduction="sum"))
+            count += int(chosen.sum())
+        return total / max(count, 1)
+
+    def measure(self, model: torch.nn.Module) -> dict[str, Any]:
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[]):  # a measurement leaves the training's random stream alone
+            mine = self._features(model)
+        record: dict[str, Any] = {}
+        if "cka" in self.probes:
+            pairs = list(zip(mine["layers"], self.ref["layers"]))
+            record["cka"] = measures.linear_cka(*pairs[-1])
+            record["cka_debiased"] = measures.debiased_cka(*pairs[-1])
+            record["cka_layers"] = [measures.linear_cka(a, b) for a, b in pairs]
+            record["cka_debiased_layers"] = [measures.debiased_cka(a, b) for a, b in pairs]
+        if "drift" in self.probes:
+            record["drift"] = measures.drift(mine["layers"][-1], self.ref["layers"][-1])
+        if "sts" in self.probes:
+            record["sts"], record["sts_ref"] = mine["sts"], self.ref["sts"]
+            record["sts_retained"] = _ratio(mine["sts"], self.ref["sts"])
+        if "mlm" in self.probes:
+            record["mlm_loss"], record["mlm_loss_ref"] = mine["mlm"], self.ref["mlm"]
+            record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])
+        record["probe_seconds"] = round(time.perf_counter() - start, 4)
+        return record
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if math.isfinite(a) and math.isfinite(b) and b != 0 else math.nan
+
+
+def _masked_batches(texts: _Batches, tokenizer) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The probe texts with a fixed, seeded 15% of each sentence's ordinary tokens replaced by the mask
+    token (at least one); targets hold the original ids there and -100 elsewhere."""
+    special = set(tokenizer.all_special_ids)
+    generator = torch.Generator().manual_seed(MASK_SEED)
+    out = []
+    for _, ids, mask in texts.batches:
+        ids = ids.clone()
+        targets = torch.full_like(ids, -100)
+        for row in range(ids.shape[0]):
+            candidates = [j for j in range(ids.shape[1]) if mask[row, j] and int(ids[row, j]) not in special]
+            if not candidates:
+                continue
+            k = max(1, round(MASK_RATE * len(candidates)))
+            picked = [candidates[j] for j in torch.randperm(len(candidates), generator=generator)[:k].tolist()]
+            targets[row, picked] = ids[row, picked]
+            ids[row, picked] = tokenizer.mask_token_id
+        out.append((ids, mask, targets))
+    return out
+
+
+def prober_for_run(recipe, model: torch.nn.Module, anchors: dict[str, Tensor], tokenizer,
+                   device: torch.device) -> Prober:
+    """The training loop's prober: θ* is ``model`` with the run's anchors loaded for the moment of
+    computing θ*'s side (so it works under RI, and on resume from the saved anchors)."""
+    cfg = recipe.probe
+    inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs)
+    training_texts = task_sentences(recipe.task)
+    if training_texts:
+        from .sets import overlap
+
+        for name, texts in (("probe texts", inputs.texts), ("STS pairs", (inputs.pairs.first + inputs.pairs.second) if inputs.pairs else [])):
+            shared = overlap(texts, training_texts) if texts else 0
+            if shared:
+                inputs.notes.append(f"{shared} of the {len(texts)} {name} sentences also occur in the task's training "
+                                    "data: the probe partly measures the task itself (set probe.texts_file / probe.pairs_file)")
+    # Building the MLM model initialises weights (a head the checkpoint lacks): keep the run's random
+    # stream untouched, so that a run trains the same with probes on or off.
+    with torch.random.fork_rng(devices=[]), weights_loaded(model, anchors):
+        head, note = load_mlm_head(recipe.model.name_or_path, recipe.model.trust_remote_code) if "mlm" in cfg.probes else (None, None)
+        return Prober(list(cfg.probes), inputs, tokenizer, model, device, max_length=cfg.max_length,
+                      batch_size=cfg.batch_size, mlm_head=head, mlm_note=note)
+
+
+def task_sentences(task_cfg) -> list[str]:
+    """Every sentence of the target task's training rows, to warn where the probe reads them too."""
+    from ..data import load_split
+
+    try:
+        examples = load_split(task_cfg, "train", task_cfg.max_train_examples)
+    except Exception:  # noqa: BLE001 - only a warning depends on it; training reports data problems itself
+        return []
+    return [text for row in examples.texts for text in row]
+
+
+def record_at(prober: Prober, model: torch.nn.Module, step: int) -> dict[str, Any]:
+    """A metrics.jsonl line: {"step": s, "split": "probe", one field per measure}."""
+    return {"step": step, "split": "probe", **prober.measure(model)}

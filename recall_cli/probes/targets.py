@@ -1,0 +1,81 @@
+"""`recall probe` after the fact: which θ and which θ* a target names, and one record per target.
+
+A target is a run directory (θ = its best/, else last/; θ* = its recipe's model.name_or_path), a
+checkpoint folder (inside a run directory: θ* from that run's recipe), or a model name (`pkg:`, hub id,
+folder), which is its own θ* unless ``against`` names another. θ*'s side is computed once per θ*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .runner import Prober, load_inputs, load_mlm_head
+from .sets import ProbeError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # as the user gave it
+    theta: str  # what is loaded as θ
+    reference: str  # θ*
+
+
+def resolve_target(text: str, against: str | None = None) -> Target:
+    from ..checkpoint import CONFIG_FILE, find_checkpoint
+    from ..recipe import read_yaml
+
+    path = Path(text)
+    run_dir = None
+    if (path / CONFIG_FILE).is_file():
+        run_dir = path
+        folder = find_checkpoint(path, "best") or find_checkpoint(path, "last")
+        if folder is None:
+            raise ProbeError(f"{path}: the run has no best/ or last/ checkpoint yet (probe it when it has one)")
+        theta = str(folder)
+    elif path.is_dir() and (path.parent / CONFIG_FILE).is_file():
+        run_dir, theta = path.parent, str(path)
+    elif path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
+        raise ProbeError(f"{path}: not a run directory, checkpoint folder (config.json) or model name")
+    else:
+        theta = text
+    reference = against
+    if reference is None and run_dir is not None:
+        config = read_yaml(run_dir / CONFIG_FILE)
+        reference = (config.get("model") or {}).get("name_or_path")
+        if not reference:
+            raise ProbeError(f"{run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
+    return Target(text, theta, reference or text)
+
+
+def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str], texts_file: str | None = None,
+                  pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
+                  max_length: int = 128, batch_size: int = 64, device: str = "auto") -> list[dict[str, Any]]:
+    """One record per target: {"target", "theta", "reference", measures..., "notes"}."""
+    from ..model import load_encoder, load_tokenizer
+    from ..runtime import resolve_device
+
+    resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
+    inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs)
+    dev = resolve_device(device)
+    results: dict[str, dict[str, Any]] = {}
+    for reference in dict.fromkeys(t.reference for t in resolved):
+        tokenizer = load_tokenizer(reference)
+        ref_model = load_encoder(reference).to(dev)
+        head, note = load_mlm_head(reference) if "mlm" in probes else (None, None)
+        prober = Prober(probes, inputs, tokenizer, ref_model, dev, max_length=max_length, batch_size=batch_size,
+                        mlm_head=head, mlm_note=note)
+        for target in (t for t in resolved if t.reference == reference):
+            theta = ref_model if target.theta == reference else load_encoder(target.theta).to(dev)
+            record = prober.measure(theta)
+            results[target.name] = {"target": target.name, "theta": target.theta, "reference": reference,
+                                    "texts": prober.n_texts, "pairs": prober.n_pairs, **record,
+                                    "notes": list(prober.notes)}
+            del theta
+        del ref_model, prober
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return [results[t.name] for t in resolved]
