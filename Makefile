@@ -8,7 +8,7 @@
 # torch: on a machine without CUDA (no nvidia-smi) torch==2.13.0 is installed FIRST, because that pin
 # takes the CPU wheel while the project's looser `torch>=2.4` would pull a CUDA build of several GB.
 # On a CUDA machine torch is left to you: install the build that matches your CUDA into .venv first
-# (make venv then keeps it), or name it, e.g. make test TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cu124'.
+# (make venv then keeps it), or name it, e.g. make test TORCH_SPEC='torch --index-url URL_OF_YOUR_CUDA_WHEELS'.
 # Set-up runs once: .venv/.installed is remade only when it is missing or pyproject.toml changed.
 
 PYTHON ?= python3

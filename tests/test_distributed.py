@@ -100,6 +100,10 @@ def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
         if r2["split"] == "train":  # the global mean loss, the global grad norm, the global distance
             for key in ("loss", "grad_norm", "distance", "lambda", "lr", "epoch"):
                 assert r2[key] == pytest.approx(r1[key], rel=1e-5, abs=1e-7), (r2["step"], key)
+        elif r2["split"] == "probe":  # rank 0 probes its replica: the same weights to 1e-5
+            for key, value in r1.items():
+                if key != "probe_seconds" and isinstance(value, float):
+                    assert r2[key] == pytest.approx(value, rel=1e-4, abs=1e-4), (r2["step"], key)
         else:
             assert r2 == r1  # dev metrics over the whole dev set, gathered across ranks
 
@@ -116,7 +120,8 @@ def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
 def test_only_rank_0_writes_and_reports(runs):
     records = read_metrics(runs["two"])
     keys = [(r["step"], r["split"]) for r in records]
-    assert len(keys) == len(set(keys)) == 8 + 4  # train every 2 steps, eval every 4, none twice
+    assert len(keys) == len(set(keys)) == 8 + 4 + 5  # train every 2 steps, eval every 4, none twice
+    assert [s for s, split in keys if split == "probe"] == [0, 4, 8, 12, 16]  # step 0, then each eval
     assert runs["stdout"].count("recall: starting") == 1
     assert runs["stdout"].count("recall: done") == 1
     assert runs["stdout"].count("split=eval") == 4

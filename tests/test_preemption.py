@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def comparable(records):
-    """Records without wall-clock throughput, which legitimately differs between runs."""
-    return [{k: v for k, v in r.items() if k != "samples_per_s"} for r in records]
+    """Records without wall-clock timings (throughput, a probe's seconds), which legitimately differ between runs."""
+    return [{k: v for k, v in r.items() if k not in ("samples_per_s", "probe_seconds")} for r in records]
 
 
 def logged_step(run_dir: Path) -> int:
