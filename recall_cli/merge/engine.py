@@ -45,7 +45,7 @@ _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 _NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE}
 
 # Row chunks for methods that need all N versions of a tensor at once (TIES): N x chunk stays this small.
-CHUNK_BYTES = 64 * 2**20
+CHUNK_BYTES = 16 * 2**20  # a chunk's temporaries (differences, masks) are a few times this
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 

@@ -29,9 +29,13 @@ class _Threshold:
     ``ties`` entries equal to it; ``seen`` counts the equal ones met in earlier chunks."""
 
     def __init__(self, magnitudes: Tensor, k: int):
+        """``magnitudes`` (flat, float32) is reordered in place: a partial sort (numpy's introselect)
+        finds the k-th largest without the copies (and int64 indices) that kthvalue or topk make."""
         n = magnitudes.numel()
-        self.value = magnitudes.kthvalue(n - k + 1).values  # the k-th largest
-        self.ties = k - int((magnitudes > self.value).sum())
+        values = magnitudes.numpy()
+        values.partition(n - k)
+        self.value = float(values[n - k])  # the k-th largest; everything after it is >= it
+        self.ties = k - int((magnitudes[n - k + 1:] > self.value).sum())
         self.seen = 0
 
     def keep(self, magnitudes: Tensor) -> Tensor:
@@ -51,7 +55,7 @@ def trim(vectors: Tensor, density: float) -> Tensor:
     k = _kept_count(n, density)
     if k >= n:
         return vectors
-    keep = torch.stack([_Threshold(v.abs(), k).keep(v.abs()) for v in vectors])
+    keep = torch.stack([_Threshold(v.abs().float(), k).keep(v.abs()) for v in vectors])
     return vectors * keep
 
 
