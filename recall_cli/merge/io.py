@@ -1,5 +1,5 @@
 """Models to merge, read lazily: which tensors a checkpoint holds, which layer each belongs to, and
-the tensors of one layer at a time (safetensors ``safe_open``, closed after each read so that no file
+one tensor (or a range of its rows) at a time (safetensors ``safe_open``, closed after each read so that no file
 stays mapped and counted in the process's memory).
 
 Names are compared without the base-model prefix ("bert.", "roberta.", "distilbert.", ...), so a
