@@ -9,9 +9,11 @@ in units of one model's size on disk.
 
     python benchmarks/merge_memory.py                         # BERT-base shape, linear and recall
     python benchmarks/merge_memory.py --layers 4 --counts 2 4   # quicker
+    python benchmarks/merge_memory.py --methods linear recall ties   # TIES too (theta* = one more model)
 
-Both methods share the fusion loop; recall adds its representations (one model loaded at a time,
-a few samples) on top.
+The fusion reads one tensor at a time: linear, recall and task arithmetic keep a running sum (one
+model's copy read at a time), TIES reads rows of all N copies in 64 MB chunks. Recall adds its
+representations (one model loaded at a time, a few samples) on top.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ with open("/proc/self/clear_refs", "w") as f:
 after_imports = status("VmRSS:")
 if args["models"]:
     options = m.MergeOptions(texts=m.samples.read_samples_file(Path(args["samples"])), clusters=4, pool=16, max_seq_length=32)
-    m.run_merge(args["models"], Path(args["out"]), args["method"], options)
+    # theta* for task arithmetic and TIES: one more model of the same shape (memory needs no real one)
+    base = args["base"] if args["method"] in ("task_arithmetic", "ties") else None
+    m.run_merge(args["models"], Path(args["out"]), args["method"], options, base=base)
 print(json.dumps({"after_imports_kb": after_imports, "peak_kb": status("VmHWM:")}))
 """
 
@@ -79,8 +83,8 @@ def build_models(root: Path, n: int, layers: int, hidden: int) -> list[str]:
     return paths
 
 
-def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path) -> tuple[float, float]:
-    payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples)})
+def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path, base: str) -> tuple[float, float]:
+    payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples), "base": base})
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-c", _CHILD, payload], capture_output=True, text=True, env=env, check=True)
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -92,12 +96,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--counts", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--methods", nargs="+", default=["linear", "recall"])
+    parser.add_argument("--methods", nargs="+", default=["linear", "recall"],
+                        choices=["linear", "recall", "task_arithmetic", "ties"])
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
         root = Path(tmp)
-        models = build_models(root, max(args.counts), args.layers, args.hidden)
+        models = build_models(root, max(args.counts) + 1, args.layers, args.hidden)
+        theta_star = models.pop()  # for task arithmetic and TIES
         model_mb = (Path(models[0]) / "model.safetensors").stat().st_size / 2**20
         samples = root / "samples.txt"
         samples.write_text("\n".join(f"sample sentence number {i} for the typical set" for i in range(16)) + "\n")
@@ -107,7 +113,7 @@ def main() -> None:
         for n in args.counts:
             for method in args.methods:
                 out = root / f"out_{method}_{n}"
-                base, peak = peak_rss_mb(models[:n], out, method, samples)
+                base, peak = peak_rss_mb(models[:n], out, method, samples, theta_star)
                 above = peak - base
                 print(f"| {n} | {method} | {n * model_mb:.0f} | {base:.0f} | {peak:.0f} | {above:.0f} | {above / model_mb:.2f} |", flush=True)
                 shutil.rmtree(out)

@@ -168,6 +168,51 @@ def test_ties_matches_a_hand_computed_example(runs, tmp_path):
     assert json.loads(output)["density"] == 1.0
 
 
+
+def test_chunked_ties_equals_the_formula_on_all_n_vectors_at_once(runs):
+    """The engine fuses TIES in row chunks after a per-model threshold pass; with a tiny chunk every
+    tensor spans many chunks, and the result must be the formula on the stacked whole task vectors."""
+    from recall_cli.merge import engine
+    from recall_cli.merge.io import anchor_of, read_tensor
+
+    sources = engine.open_sources([str(runs["a"]), str(runs["b"]), str(runs["a"])])
+    anchor = anchor_of(sources[0])
+    method = Ties(lam=0.7, density=0.3)
+    merged = engine.fuse(sources, method, [anchor], chunk_bytes=256)
+    name = "embeddings.word_embeddings.weight"
+    rows, cols = sources[0].shapes[name]
+    assert 256 // (4 * cols * 3) < rows  # more than one chunk: at most one row per chunk here
+    for name in sources[0].shapes:
+        base = anchor.read([name])[name]
+        vectors = torch.stack([(read_tensor(s, name) - base).reshape(-1) for s in sources])
+        expected = base + 0.7 * ties_merge(vectors, 0.3).reshape(base.shape)
+        assert torch.equal(merged[name], expected), name
+
+    # Ties in magnitude at the threshold: exactly k entries kept, the first ones in row-major order,
+    # however the rows are chunked.
+    class OneRowAtATime:
+        def __init__(self, tensors):
+            self.tensors, self.shape = tensors, tuple(tensors[0].shape)
+
+        def __len__(self):
+            return len(self.tensors)
+
+        def __iter__(self):
+            return iter(self.tensors)
+
+        def chunks(self):
+            for r in range(self.shape[0]):
+                yield slice(r, r + 1), [t[r:r + 1] for t in self.tensors]
+
+    base = torch.zeros(3, 2)
+    a = torch.tensor([[1.0, -2.0], [2.0, 2.0], [-2.0, 1.0]])  # four entries tied at |2|, k = 3
+    b = torch.tensor([[-1.0, 1.0], [1.0, 3.0], [1.0, -1.0]])
+    fused = Ties(lam=1.0, density=0.5).fuse(OneRowAtATime([a, b]), 1, base)
+    # a keeps -2, 2, 2 (the first three 2s); b keeps 3 and the first two 1s: -1 at [0,0] and 1 at [0,1].
+    assert torch.equal(trimmed := ties_merge(torch.stack([a.reshape(-1), b.reshape(-1)]), 0.5).reshape(3, 2), fused)
+    assert torch.equal(trimmed, torch.tensor([[-1.0, -2.0], [2.0, 2.5], [0.0, 0.0]]))
+
+
 def test_outputs_open_with_from_pretrained_and_score_with_evaluate(runs, tmp_path):
     from transformers import AutoModelForSequenceClassification
 

@@ -1,8 +1,9 @@
 """Merging N models into one encoder, layer by layer, and writing one classifier per source model.
 
-Memory: tensors are read one layer at a time from every model (N copies of one layer), fused, and
-kept; the merged encoder (one model) is then written once per source with that source's head, each
-output file built by safetensors in memory (a second model). RECALL's representations are a few
+Memory: the merged encoder (one model) is built one tensor at a time; weighted sums read one model's
+copy of the tensor at a time, TIES reads rows of all N copies in chunks of CHUNK_BYTES. The merged
+encoder is then written once per source with that source's head, each output file built by
+safetensors in memory (a second model). RECALL's representations are a few
 (samples x layers x hidden) tensors, computed one model at a time.
 
 Outputs go to a temporary folder beside ``out`` and are renamed into place at the end, so a failure
@@ -33,8 +34,8 @@ from .io import (
     anchor_of,
     check_compatible,
     layer_groups,
+    TensorVersions,
     open_source,
-    read_layer,
     read_tensors,
 )
 
@@ -43,6 +44,8 @@ MERGE_RECORD = "merge.json"
 _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 _NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE}
 
+# Row chunks for methods that need all N versions of a tensor at once (TIES): N x chunk stays this small.
+CHUNK_BYTES = 16 * 2**20  # a chunk's temporaries (differences, masks) are a few times this
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
@@ -93,26 +96,34 @@ def base_anchors(sources: list[Source], base: str | None) -> list[Anchor]:
     return anchors
 
 
-def fuse(sources: list[Source], method: MergeMethod, anchors: list[Anchor] | None = None) -> dict[str, torch.Tensor]:
-    """The merged encoder, by prefix-free name, fused one layer at a time."""
+def fuse(
+    sources: list[Source],
+    method: MergeMethod,
+    anchors: list[Anchor] | None = None,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> dict[str, torch.Tensor]:
+    """The merged encoder, by prefix-free name, fused one tensor at a time; the method reads the
+    tensor's N versions one model at a time or in row chunks of about ``chunk_bytes``."""
     merged: dict[str, torch.Tensor] = {}
     for layer, names in layer_groups(sources[0]).items():
-        per_model = [read_layer(s, names) for s in sources]
-        base = None
-        if method.needs_base:
-            reads = [a.read(names) for a in anchors]
-            for other, read in zip(anchors[1:], reads[1:]):
-                for n in names:
-                    if not torch.equal(read[n], reads[0][n]):
-                        raise MergeError(
-                            f"the runs were fine-tuned from different weights ({anchors[0].where} and {other.where} "
-                            f"differ at {n}): say which theta* to use with --base MODEL")
-            base = reads[0]
         for n in names:
-            out = method.fuse([m[n] for m in per_model], layer, base[n] if base is not None else None)
+            base = _base_tensor(anchors, n) if method.needs_base else None
+            out = method.fuse(TensorVersions(sources, n, chunk_bytes), layer, base)
             merged[n] = out.to(_DTYPES.get(sources[0].dtypes[n], torch.float32)).contiguous()
-        del per_model, base
+            del out, base
     return merged
+
+
+def _base_tensor(anchors: list[Anchor], name: str) -> torch.Tensor:
+    """theta* of one tensor; every anchor given must hold the same (read one at a time)."""
+    first = anchors[0].read([name])[name]
+    for other in anchors[1:]:
+        if not torch.equal(other.read([name])[name], first):
+            raise MergeError(
+                f"the runs were fine-tuned from different weights ({anchors[0].where} and {other.where} "
+                f"differ at {name}): say which theta* to use with --base MODEL")
+    return first
 
 
 def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path) -> None:

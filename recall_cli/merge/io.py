@@ -1,5 +1,5 @@
 """Models to merge, read lazily: which tensors a checkpoint holds, which layer each belongs to, and
-the tensors of one layer at a time (safetensors ``safe_open``, closed after each read so that no file
+one tensor (or a range of its rows) at a time (safetensors ``safe_open``, closed after each read so that no file
 stays mapped and counted in the process's memory).
 
 Names are compared without the base-model prefix ("bert.", "roberta.", "distilbert.", ...), so a
@@ -11,6 +11,7 @@ the pooler goes with the last block. Everything outside the encoder is the model
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -210,10 +211,40 @@ def read_tensors(files: dict[str, Path], keys: list[str]) -> dict[str, torch.Ten
     return out
 
 
-def read_layer(source: Source, names: list[str]) -> dict[str, torch.Tensor]:
-    """One layer's encoder tensors by prefix-free name."""
-    got = read_tensors(source.files, [source.key(n) for n in names])
-    return {n: got[source.key(n)] for n in names}
+def read_tensor(source: Source, name: str) -> torch.Tensor:
+    """One encoder tensor by prefix-free name."""
+    return read_tensors(source.files, [source.key(name)])[source.key(name)]
+
+
+def read_rows(source: Source, name: str, rows: slice) -> torch.Tensor:
+    """Rows ``rows`` (of dimension 0) of one encoder tensor, without reading the rest."""
+    with safe_open(str(source.files[source.key(name)]), "pt") as f:
+        piece = f.get_slice(source.key(name))
+        return piece[rows] if piece.get_shape() else piece[:]
+
+
+class TensorVersions:
+    """One encoder tensor in every source, read when asked (see base.Versions): whole, one model at a
+    time, or in chunks of rows holding all N versions in about ``chunk_bytes`` (as float32)."""
+
+    def __init__(self, sources: list[Source], name: str, chunk_bytes: int):
+        self.sources, self.name, self.chunk_bytes = sources, name, chunk_bytes
+        self.shape = tuple(sources[0].shapes[name])
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __iter__(self):
+        for s in self.sources:
+            yield read_tensor(s, self.name)
+
+    def chunks(self):
+        rows = self.shape[0] if self.shape else 1
+        row_bytes = 4 * max(1, math.prod(self.shape[1:]))
+        step = max(1, self.chunk_bytes // (row_bytes * len(self.sources)))
+        for a in range(0, rows, step):
+            part = slice(a, min(rows, a + step))
+            yield part, [read_rows(s, self.name, part) for s in self.sources]
 
 
 @dataclass

@@ -7,7 +7,7 @@ fusion is this method with the weights it computes per layer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,11 +38,14 @@ class Linear:
     def weights_for(self, layer: int) -> list[float]:
         return self.per_layer[layer] if self.per_layer is not None else self.weights
 
-    def fuse(self, tensors: list[Tensor], layer: int, base: Tensor | None = None) -> Tensor:
+    def fuse(self, tensors: Iterable[Tensor], layer: int, base: Tensor | None = None) -> Tensor:
         weights = self.weights_for(layer)
-        out = torch.zeros_like(tensors[0], dtype=torch.float32)
-        for w, t in zip(weights, tensors):
+        out = None
+        for w, t in zip(weights, tensors):  # a running sum: one model's tensor read at a time
+            if out is None:
+                out = torch.zeros(t.shape, dtype=torch.float32)
             out.add_(t.float(), alpha=w)
+            del t  # freed before the next model's tensor is read
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -15,12 +16,13 @@ class TaskArithmetic:
     def __init__(self, lam: float):
         self.lam = float(lam)
 
-    def fuse(self, tensors: list[Tensor], layer: int, base: Tensor | None) -> Tensor:
+    def fuse(self, tensors: Iterable[Tensor], layer: int, base: Tensor | None) -> Tensor:
         base = base.float()
         vectors = torch.zeros_like(base)
-        for t in tensors:
+        for t in tensors:  # a running sum: one model's tensor read at a time
             vectors.add_(t.float() - base)
-        return base + self.lam * vectors
+            del t
+        return vectors.mul_(self.lam).add_(base)  # = base + lam * vectors, without another copy
 
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam}

@@ -4,37 +4,71 @@
 2. elect: each entry's sign is the sign of the sum of the trimmed vectors (the larger total mass);
 3. disjoint mean: average, per entry, only the trimmed values that agree with the elected sign;
 4. theta = theta* + lambda * merged.
+
+Steps 2 and 3 are entry by entry, so they run on a few rows of all N vectors at a time; the trim needs
+each whole vector's k-th largest magnitude, which is found first, one model at a time. Entries tied at
+that magnitude are kept first come (in row-major order) until exactly k are kept, so the result does
+not depend on how the tensor is cut into chunks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .base import Versions, as_versions
 from .io import MergeError
+
+
+class _Threshold:
+    """Which entries of one task vector the trim keeps: magnitudes above ``value``, and the first
+    ``ties`` entries equal to it; ``seen`` counts the equal ones met in earlier chunks."""
+
+    def __init__(self, magnitudes: Tensor, k: int):
+        """``magnitudes`` (flat, float32) is reordered in place: a partial sort (numpy's introselect)
+        finds the k-th largest without the copies (and int64 indices) that kthvalue or topk make."""
+        n = magnitudes.numel()
+        values = magnitudes.numpy()
+        values.partition(n - k)
+        self.value = float(values[n - k])  # the k-th largest; everything after it is >= it
+        self.ties = k - int((magnitudes[n - k + 1:] > self.value).sum())
+        self.seen = 0
+
+    def keep(self, magnitudes: Tensor) -> Tensor:
+        equal = magnitudes == self.value
+        rank = torch.cumsum(equal, dim=0) + self.seen
+        self.seen += int(equal.sum())
+        return (magnitudes > self.value) | (equal & (rank <= self.ties))
+
+
+def _kept_count(n: int, density: float) -> int:
+    return max(1, math.ceil(density * n))
 
 
 def trim(vectors: Tensor, density: float) -> Tensor:
     """Rows of ``vectors`` (one task vector each, flattened) with all but the top-k magnitudes zeroed."""
     n = vectors.shape[1]
-    k = max(1, math.ceil(density * n))
+    k = _kept_count(n, density)
     if k >= n:
         return vectors
-    keep = torch.zeros_like(vectors, dtype=torch.bool)
-    keep.scatter_(1, vectors.abs().topk(k, dim=1).indices, True)
+    keep = torch.stack([_Threshold(v.abs().float(), k).keep(v.abs()) for v in vectors])
     return vectors * keep
 
 
-def ties_merge(vectors: Tensor, density: float) -> Tensor:
-    """The merged task vector of the rows of ``vectors`` (N x D)."""
-    trimmed = trim(vectors, density)
+def _disjoint_mean(trimmed: Tensor) -> Tensor:
     elected = torch.sign(trimmed.sum(dim=0))
     agree = (torch.sign(trimmed) == elected) & (trimmed != 0)
     count = agree.sum(dim=0).clamp(min=1)
     return (trimmed * agree).sum(dim=0) / count
+
+
+def ties_merge(vectors: Tensor, density: float) -> Tensor:
+    """The merged task vector of the rows of ``vectors`` (N x D), all in memory."""
+    return _disjoint_mean(trim(vectors, density))
 
 
 class Ties:
@@ -46,10 +80,33 @@ class Ties:
             raise MergeError(f"--density {density:g}: the kept fraction of each task vector must be in (0, 1]")
         self.lam, self.density = float(lam), float(density)
 
-    def fuse(self, tensors: list[Tensor], layer: int, base: Tensor | None) -> Tensor:
+    def fuse(self, tensors: Versions | Sequence[Tensor], layer: int, base: Tensor | None) -> Tensor:
+        versions = as_versions(tensors)
         base = base.float()
-        vectors = torch.stack([(t.float() - base).reshape(-1) for t in tensors])
-        return base + self.lam * ties_merge(vectors, self.density).reshape(base.shape)
+        flat_base = base.reshape(-1)
+        n = flat_base.numel()
+        k = _kept_count(n, self.density)
+        thresholds = None
+        if k < n:  # each vector's k-th largest magnitude, one model at a time
+            thresholds = []
+            for t in versions:
+                magnitudes = t.float().reshape(-1) - flat_base
+                del t
+                thresholds.append(_Threshold(magnitudes.abs_(), k))
+                del magnitudes
+        merged = torch.empty(n, dtype=torch.float32)
+        start = 0
+        for _, chunk in versions.chunks():  # a few rows of all N vectors: sign election and mean
+            size = chunk[0].numel()
+            vectors = torch.stack([c.float().reshape(-1) for c in chunk])
+            del chunk
+            vectors.sub_(flat_base[start:start + size])
+            if thresholds is not None:
+                magnitudes = vectors.abs()
+                vectors.mul_(torch.stack([th.keep(m) for th, m in zip(thresholds, magnitudes)]))
+            merged[start:start + size] = _disjoint_mean(vectors)
+            start += size
+        return merged.reshape(base.shape).mul_(self.lam).add_(base)
 
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam, "density": self.density}
