@@ -73,6 +73,17 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
     ax_dist.legend(fontsize="small", loc="best")
     fig.suptitle(_figure_title(groups))
 
+    return save_figure(fig, plt, out, dpi)
+
+
+def save_figure(fig, plt, out: Path, dpi: int) -> Path:
+    """Write ``fig`` in the format its extension names, through a temporary file: a kill never leaves
+    half a figure under the final name."""
+    out = Path(out)
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        plt.close(fig)
+        raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:

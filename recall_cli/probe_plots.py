@@ -7,29 +7,11 @@ CKA with θ*, against the step; (d) CKA per layer at the last probed step, one l
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from .plots import FORMATS, _figure_title, _pyplot
+from .plots import FORMATS, _figure_title, _pyplot, save_figure
 from .probe_report import SKILL_TITLES, final_layers, probe_curves, skill_field
 from .report import CurveGroup, ReportError
-
-
-def _save(fig, plt, out: Path, dpi: int) -> Path:
-    out = Path(out)
-    fmt = FORMATS.get(out.suffix.lower())
-    if fmt is None:
-        plt.close(fig)
-        raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        fig.savefig(tmp, format=fmt, dpi=dpi)
-        os.replace(tmp, out)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return out
 
 
 def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
@@ -73,7 +55,7 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
         ax.grid(alpha=0.3)
     ax_layers.legend(fontsize="small", loc="best")
     fig.suptitle(_figure_title(groups) + " — probes")
-    return _save(fig, plt, out, dpi)
+    return save_figure(fig, plt, out, dpi)
 
 
 def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 150) -> Path:
@@ -92,4 +74,4 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", loc="best")
     ax.set_title("trade-off: learning the task vs keeping the pretrained skill")
-    return _save(fig, plt, out, dpi)
+    return save_figure(fig, plt, out, dpi)
