@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .plots import FORMATS, _figure_title, _pyplot, save_figure
-from .probe_report import SKILL_TITLES, final_layers, probe_curves, skill_field
+from .probe_report import SKILL_TITLES, final_layers, skill_field
 from .report import CurveGroup, ReportError
 
 
@@ -28,9 +28,9 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
         n = len(group.runs)
         label = f"{group.label} (n={n})" if n > 1 else group.label
         style = "--" if group.is_adamw else "-"
-        curves = [(ax_dist, group.curves("distance")), (ax_cka, probe_curves(group, "cka"))]
+        curves = [(ax_dist, group.curves("distance")), (ax_cka, group.curves("cka", split="probe"))]
         if skill:
-            curves.append((ax_skill, probe_curves(group, skill)))
+            curves.append((ax_skill, group.curves(skill, split="probe")))
         for ax, (steps, median, low, high) in curves:
             if not len(steps):
                 continue

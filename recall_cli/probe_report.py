@@ -30,16 +30,6 @@ def skill_field(runs: list[Run]) -> str | None:
     return None
 
 
-def probe_curves(group: CurveGroup, field: str):
-    """(steps, median, min, max) of a probe measure over the group's runs, at the steps all of them probed."""
-    series = [{r["step"]: r[field] for r in run.probes if _finite(r.get(field))} for run in group.runs]
-    steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
-    if not steps:
-        return np.array([]), np.array([]), np.array([]), np.array([])
-    values = np.array([[s[t] for t in steps] for s in series], dtype=np.float64)
-    return np.array(steps), np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
-
-
 def final_layers(group: CurveGroup, field: str = "cka_layers") -> np.ndarray:
     """Per layer, the median over the group's runs of their last probe record's ``field``."""
     rows = []

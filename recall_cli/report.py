@@ -635,11 +635,13 @@ class CurveGroup:
     def is_adamw(self) -> bool:
         return all(r.settings.get("optimizer.name") == "adamw" for r in self.runs)
 
-    def curves(self, field_name: str):
-        """(steps, median, min, max) over the group's runs at the steps every run logged."""
+    def curves(self, field_name: str, split: str = "train"):
+        """(steps, median, min, max) over the group's runs at the steps every run logged; ``split`` names the
+        records, "train" or "probe"."""
         import numpy as np
 
-        series = [{r["step"]: r[field_name] for r in run.train if _finite(r.get(field_name))} for run in self.runs]
+        records = (lambda run: run.train) if split == "train" else (lambda run: run.probes)
+        series = [{r["step"]: r[field_name] for r in records(run) if _finite(r.get(field_name))} for run in self.runs]
         steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
         if not steps:
             return np.array([]), np.array([]), np.array([]), np.array([])
