@@ -164,6 +164,21 @@ def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
     return None
 
 
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why a run directory has no checkpoint to load: not there yet, or a scored record, which keeps none."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        config = None
+    record = config.get("record") if isinstance(config, dict) else None
+    if isinstance(record, dict):
+        return (f"{run_dir} is a scored record (recall evaluate --record) and holds no weights: "
+                f"give the checkpoint it scored, {record.get('checkpoint')}")
+    return f"{run_dir}: the run has no best/ or last/ checkpoint yet"
+
+
 def remove_stale_staging(run_dir: Path) -> None:
     """Staging folders of saves that a kill interrupted (last/, best/, and the checkpoints/ copies)."""
     for path in [*run_dir.glob(".*.tmp-*"), *run_dir.glob("checkpoints/.*.tmp-*")]:

@@ -76,7 +76,12 @@ def finetune(
             config = resume / "config.yaml"
             if not config.is_file():
                 fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
-            loaded = recipe_from_dict(read_yaml(config), str(config))
+            raw = read_yaml(config)
+            if isinstance(raw.get("record"), dict):
+                from .checkpoint import no_checkpoint_message
+
+                fail(no_checkpoint_message(resume) + "; a record cannot be resumed", EXIT_USAGE)
+            loaded = recipe_from_dict(raw, str(config))
             if Path(loaded.output_dir).resolve() != resume.resolve():
                 # The run directory was moved or copied: it is where the user says it is now.
                 loaded = dataclasses.replace(loaded, output_dir=str(resume))
@@ -192,12 +197,34 @@ def evaluate(
     split: Annotated[Optional[str], typer.Option(help="Split to score: dev (default), or dev_matched/dev_mismatched for MNLI.")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Eval batch size (default: the run's).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    record: Annotated[Optional[Path], typer.Option(help="Also write a scored record here (config.yaml, metrics.jsonl, summary.json; no weights): the dev metrics, ||theta - theta*|| and the probes, for compare / tradeoff beside training runs. For merge outputs and WiSE-FT points.", show_default=False)] = None,
+    against: Annotated[Optional[str], typer.Option(help="With --record: theta* for the distance and the probes (default: the source run's model.name_or_path).", show_default=False)] = None,
+    probe: Annotated[bool, typer.Option("--probe/--no-probe", help="With --record: run the recipe's probes (CKA, drift, STS).")] = True,
+    overwrite: Annotated[bool, typer.Option(help="With --record: replace an existing record.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a checkpoint on a task's dev split and print its metrics."""
 
     def go() -> None:
         from .evaluate import evaluate_checkpoint
+
+        if record is not None:
+            if task is not None or data_dir is not None or split is not None or batch_size is not None:
+                fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", EXIT_USAGE)
+            from .records import write_record
+
+            summary = write_record(path, record, against=against, probe=probe, device=device, overwrite=overwrite)
+            if as_json:
+                typer.echo(json.dumps(summary, indent=2))
+                return
+            final, measured = summary["final"], summary.get("probe") or {}
+            shown = [f"{k}={final[k]:.4g}" for k in final if k not in ("step",)]
+            shown += [f"{k}={measured[k]:.4g}" for k in ("sts_retained", "cka", "drift") if k in measured]
+            typer.echo(f"{summary['task']} {summary['checkpoint']}: " + " ".join(shown))
+            typer.echo(f"record: {record}")
+            return
+        if against is not None or overwrite:
+            fail("--against and --overwrite go with --record DIR", EXIT_USAGE)
 
         result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
         if as_json:

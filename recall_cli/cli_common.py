@@ -38,6 +38,7 @@ def _known_errors():
     from .model import ModelLoadError
     from .preflight import PreflightError
     from .recipe import RecipeError
+    from .records import RecordError
     from .runtime import DeviceError
     from .train import Preempted, TrainingDiverged
 
@@ -48,6 +49,7 @@ def _known_errors():
         (ModelLoadError, EXIT_USAGE),
         (PreflightError, EXIT_USAGE),
         (RunDirError, EXIT_USAGE),
+        (RecordError, EXIT_USAGE),
         (DeviceError, EXIT_USAGE),
         (TrainingDiverged, EXIT_DIVERGED),
     ]

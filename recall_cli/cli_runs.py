@@ -158,11 +158,12 @@ def forgetting(
 def compare(
     run_dir: Annotated[Path, typer.Argument(help="A folder of run directories (searched recursively), e.g. a sweep's --out.")],
     by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) to group by (default: every key that differs between runs of a task), e.g. optimizer.anneal_k or k.")] = None,
-    metric: Annotated[str, typer.Option(help="Eval metric: main (the paper's per-task metric), accuracy, f1, mcc, pearson, spearman.")] = "main",
+    metric: Annotated[str, typer.Option(help="Eval metric: main (the paper's per-task metric), accuracy, f1, mcc, pearson, spearman; a probe measure (sts_retained, cka, drift, ...); distance (||theta - theta*||) or train_seconds.")] = "main",
     table: Annotated[Optional[str], typer.Option(help="Paper preset: init (Table 2: vanilla / RecAdam + PI / + RI), k (one row per k), main (Table 1: vanilla vs RecAdam, median and max; per task the setting with the best median on dev, as the paper selects t0 and k).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json (json: one object per group and task).")] = "table",
     at: Annotated[str, typer.Option(help="Which eval of each run: final (the end of training) or best (the best dev score).")] = "final",
     where: Annotated[Optional[list[str]], typer.Option(help="Keep only runs with KEY=VALUE (repeatable), e.g. model.init=pretrained.")] = None,
+    stats: Annotated[Optional[str], typer.Option(help="Rows per group, comma-separated: median, min, max, mean (default: median,max,mean; median,max with --table).")] = None,
 ) -> None:
     """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages."""
 
@@ -173,7 +174,8 @@ def compare(
             raise report.ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
         runs = report.load_runs(run_dir, warn=_warn)
         runs = report.filter_runs(runs, list(where or []))
-        result = report.compare(runs, by=list(by or []), metric=metric, preset=table, at=at)
+        chosen = [item.strip() for item in stats.split(",") if item.strip()] if stats else None
+        result = report.compare(runs, by=list(by or []), metric=metric, preset=table, at=at, stats=chosen)
         if fmt != "table":
             typer.echo(report.render(result, fmt), nl=False)
             return

@@ -105,7 +105,7 @@ def evaluate_checkpoint(
         run_dir = path
         folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
         if folder is None:
-            raise data.DataError(f"{path}: the run has no best/ or last/ checkpoint yet")
+            raise data.DataError(checkpoint.no_checkpoint_message(path))
     elif (path.parent / checkpoint.CONFIG_FILE).is_file():
         run_dir = path.parent
     if not (folder / "config.json").is_file():

@@ -39,14 +39,23 @@ RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.an
 # Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
 # probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
-                "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code"}
+                "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code",
+                # a scored record's file names (recall_cli/records.py): they differ per seed
+                "record.checkpoint", "record.models", "record.against"}
 # Scalar fields of metrics.jsonl's probe records (recall_cli/probes/runner.py), usable as --metric.
 PROBE_MEASURES = ("cka", "cka_debiased", "drift", "sts", "sts_ref", "sts_retained", "mlm_loss", "mlm_loss_ref",
                   "mlm_ratio")
+# Run measures beside an eval record (Run.eval_at): ||theta - theta*|| at that step, and the run's training time.
+RUN_MEASURES = ("distance", "train_seconds")
+# Shown as they are, not x100 like scores and ratios; and where smaller is better ("best" in a column).
+RAW_MEASURES = ("distance", "train_seconds", "mlm_loss", "mlm_loss_ref")
+LOWER_IS_BETTER = ("distance", "train_seconds", "drift", "mlm_loss", "mlm_ratio")
+STATS = ("median", "min", "max", "mean")
 SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "optimizer.anneal_w",
               "lr": "optimizer.lr", "cof": "optimizer.pretrain_cof", "init": "model.init",
               "optimizer": "optimizer.name", "seed": "train.seed", "steps": "train.max_steps",
-              "model": "model.name_or_path", "anneal_fun": "optimizer.anneal_fun"}
+              "model": "model.name_or_path", "anneal_fun": "optimizer.anneal_fun",
+              "merge": "record.merge", "weights": "record.weights", "with": "record.with"}
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 METHOD_NAMES = {"adamw": "vanilla fine-tuning", "recadam": "RecAdam", "adam_coupled": "Adam coupled"}
 INIT_NAMES = {"pretrained": "PI", "random": "RI"}
@@ -88,7 +97,8 @@ class Run:
         return [r for r in self.records if r.get("split") == "probe"]
 
     def eval_at(self, at: str) -> dict[str, Any] | None:
-        """The final or best eval record, with the scalar probe measures taken at the same step."""
+        """The final or best eval record, with the scalar probe measures taken at the same step, the
+        distance to theta* logged at that step (a record's eval carries its own) and the run's training time."""
         evals = self.evals
         if not evals:
             return None
@@ -97,10 +107,18 @@ class Run:
             record = max(finite, key=lambda r: r["main"]) if finite else evals[-1]
         else:
             record = evals[-1]
+        extra: dict[str, Any] = {}
+        logged = [r for r in self.train if r["step"] <= record["step"] and _finite(r.get("distance"))]
+        if logged:
+            extra["distance"] = logged[-1]["distance"]
+        if self.summary and _finite(self.summary.get("final_distance")) and record is evals[-1] and self.finished:
+            extra["distance"] = self.summary["final_distance"]
+        if self.summary and _finite(self.summary.get("train_seconds")):
+            extra["train_seconds"] = self.summary["train_seconds"]
         probe = next((p for p in self.probes if p["step"] == record["step"]), None)
-        if probe is None:
-            return record
-        return {**{k: v for k, v in probe.items() if not isinstance(v, list)}, **record}
+        if probe is not None:
+            extra.update({k: v for k, v in probe.items() if not isinstance(v, list)})
+        return {**extra, **record}
 
 
 def read_run(path: Path, name: str) -> Run:
@@ -168,7 +186,7 @@ def resolve_key(key: str) -> str:
 
     key = SHORT_KEYS.get(key, key)
     valid = all_keys()
-    if key not in valid:
+    if key not in valid and not key.startswith("record."):  # a scored record's settings (records.py)
         close = difflib.get_close_matches(key, valid + list(SHORT_KEYS), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else " (a dotted recipe key such as optimizer.anneal_k, or k, t0, init, optimizer, lr)"
         raise ReportError(f"unknown key '{key}'{hint}")
@@ -286,7 +304,7 @@ class Comparison:
 
 
 def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", preset: str | None = None,
-            at: str = "final") -> Comparison:
+            at: str = "final", stats: list[str] | None = None) -> Comparison:
     if preset is not None and preset not in PRESETS:
         raise ReportError(f"unknown --table {preset!r}: choose init (Table 2), k (the k ablation) or main (Table 1)")
     if at not in AT:
@@ -295,7 +313,11 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
     if by and preset:
         raise ReportError("give either --by or --table, not both")
     names = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
-                    if k not in ("step", "split") and not isinstance(v, list)})
+                    if k not in ("step", "split") and not isinstance(v, list)}
+                   | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
+    bad = [s for s in (stats or []) if s not in STATS]
+    if bad:
+        raise ReportError(f"unknown --stats {bad[0]!r}: choose from {', '.join(STATS)} (e.g. --stats median,min,max)")
     if metric not in names:
         raise ReportError(f"unknown --metric {metric!r}: these runs record {', '.join(names) or 'no eval metrics'}")
 
@@ -351,8 +373,9 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         large = [t for t in tasks if SMALL_TASK_LIMIT < GLUE_TRAIN_SIZES.get(t, -1)]
         if small and large:
             averages += [("Avg <10k", small), ("Avg >10k", large)]
-    stats = ["median", "max"] if preset else ["median", "max", "mean"]
-    return Comparison(metric, at, keys, tasks, ordered, stats, averages, preset)
+    if not stats:
+        stats = ["median", "max"] if preset else ["median", "max", "mean"]
+    return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset)
 
 
 def _sort_key(key: str, value: Any) -> tuple:
@@ -379,7 +402,7 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
                 method += f" + {INIT_NAMES.get(settings.get('model.init'), settings.get('model.init'))}"
             parts.append(method)
     for key, value in settings.items():
-        if key in ("optimizer.name", "model.init") or (value is None and name == "adamw"):
+        if key in ("optimizer.name", "model.init") or (value is None and (name == "adamw" or key.startswith("record."))):
             continue
         parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
     return ", ".join(parts) or "all runs"
@@ -388,6 +411,8 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
 def _fmt_setting(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
+    if isinstance(value, list):
+        return ",".join(_fmt_setting(v) for v in value)
     if isinstance(value, str) and "/" in value:
         return value.rstrip("/").rsplit("/", 1)[-1]
     return str(value)
@@ -494,8 +519,10 @@ def to_records(result: Comparison) -> list[dict[str, Any]]:
     return out
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"
+def _pct(value: float | None, metric: str = "main") -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3g}" if metric in RAW_MEASURES else f"{100 * value:.1f}"
 
 
 def _cell_text(result: Comparison, group: Group, stat: str, column: tuple[str, list[str]] | str) -> tuple[str, float | None]:
@@ -507,17 +534,17 @@ def _cell_text(result: Comparison, group: Group, stat: str, column: tuple[str, l
         if stat == "n":
             return str(cell.n), None
         value = cell.stat(stat)
-        text = _pct(value)
+        text = _pct(value, result.metric)
         if stat == "mean" and value is not None:
             std = cell.stat("std")
-            text += f" ± {100 * std:.1f}" if std is not None else ""
+            text += f" ± {_pct(std, result.metric)}" if std is not None else ""
         if cell.flagged and stat == result.stats[0]:
             text += "*"
         return text, value
     if stat == "n":
         return "", None
     value = result.average(group, stat, column[1])
-    return _pct(value), value
+    return _pct(value, result.metric), value
 
 
 def _columns(result: Comparison) -> list[tuple[str, Any]]:
@@ -538,7 +565,7 @@ def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
         for i, (_, column) in enumerate(columns):
             values = [v for g in result.groups if (v := _cell_text(result, g, stat, column)[1]) is not None]
             if len(values) > 1:  # a lone value is not "the best" of anything
-                best[(stat, i)] = max(values)
+                best[(stat, i)] = min(values) if result.metric in LOWER_IS_BETTER else max(values)
     header = ["", "" if len(stats) == 1 else "stat"] + [title for title, _ in columns]
     rows = []
     for group in result.groups:
@@ -554,8 +581,10 @@ def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
 def title(result: Comparison) -> str:
     ns = sorted({cell.n for g in result.groups for cell in g.cells.values()})
     seeds = f"n={ns[0]} runs per cell" if len(ns) == 1 else "n runs per cell in the n rows"
-    kind = "probe" if result.metric in PROBE_MEASURES else "dev"
-    return f"{kind} {result.metric} x100 ({result.at} eval), over seeds: {seeds}"
+    kind = "probe" if result.metric in PROBE_MEASURES else "run" if result.metric in RUN_MEASURES else "dev"
+    scale = "" if result.metric in RAW_MEASURES else " x100"
+    lower = ", lower is better" if result.metric in LOWER_IS_BETTER else ""
+    return f"{kind} {result.metric}{scale} ({result.at} eval{lower}), over seeds: {seeds}"
 
 
 def notes(result: Comparison) -> list[str]:

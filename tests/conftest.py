@@ -15,6 +15,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO / "data" / "glue"
@@ -72,3 +73,23 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
 def write_recipe(path: Path, recipe: dict) -> Path:
     path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
     return path
+
+
+def make_run(root: Path, name: str, base_dir: Path, seed: int, scale: float = 0.02) -> Path:
+    """A recall run directory by hand: the tiny encoder plus seeded noise and a fresh head in best/,
+    theta* in anchor.safetensors (classifier names), the recipe in config.yaml."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    run = root / name
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification.from_pretrained(base_dir, num_labels=2)
+    anchors = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("bert.")}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn_like(p))
+    model.save_pretrained(run / "best")
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run / "best")
+    save_file({k: v.contiguous() for k, v in anchors.items()}, str(run / "anchor.safetensors"))
+    (run / "config.yaml").write_text(yaml.safe_dump(tiny_recipe(base_dir, run)), encoding="utf-8")
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    return run

@@ -8,37 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from recall_cli.cli import app
 from recall_cli.merge.io import layer_of
 from recall_cli.merge.ties import Ties, ties_merge
 
-from conftest import tiny_recipe
+from conftest import make_run
 
 runner = CliRunner()
-
-
-def make_run(root: Path, name: str, base_dir: Path, seed: int, scale: float = 0.02) -> Path:
-    """A recall run directory by hand: the tiny encoder plus seeded noise and a fresh head in best/,
-    theta* in anchor.safetensors (classifier names), the recipe in config.yaml."""
-    from transformers import AutoTokenizer, BertForSequenceClassification
-
-    run = root / name
-    torch.manual_seed(seed)
-    model = BertForSequenceClassification.from_pretrained(base_dir, num_labels=2)
-    anchors = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("bert.")}
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn_like(p))
-    model.save_pretrained(run / "best")
-    AutoTokenizer.from_pretrained(base_dir).save_pretrained(run / "best")
-    save_file({k: v.contiguous() for k, v in anchors.items()}, str(run / "anchor.safetensors"))
-    (run / "config.yaml").write_text(yaml.safe_dump(tiny_recipe(base_dir, run)), encoding="utf-8")
-    (run / "metrics.jsonl").write_text("", encoding="utf-8")
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -185,7 +185,7 @@ def test_compare_by_and_metric(k_sweep):
     [
         (["--by", "optimizer.anneal_kk"], "unknown key 'optimizer.anneal_kk' (did you mean 'optimizer.anneal_k'?)"),
         (["--table", "table9"], "unknown --table 'table9'"),
-        (["--metric", "bleu"], "unknown --metric 'bleu': these runs record accuracy, main"),
+        (["--metric", "bleu"], "unknown --metric 'bleu': these runs record accuracy, distance, main"),
         (["--format", "xml"], "unknown --format 'xml'"),
         (["--table", "k", "--by", "k"], "either --by or --table"),
         (["--where", "model.init=random"], "no runs with model.init=random"),

@@ -110,7 +110,7 @@ def open_source(arg: str) -> Source:
         run_dir = path
         folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
         if folder is None:
-            raise MergeError(f"{arg}: the run has no best/ or last/ checkpoint yet")
+            raise MergeError(checkpoint.no_checkpoint_message(path))
     elif (path.parent / checkpoint.CONFIG_FILE).is_file():
         run_dir = path.parent
     if not (folder / "config.json").is_file():

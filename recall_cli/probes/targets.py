@@ -34,7 +34,9 @@ def resolve_target(text: str, against: str | None = None) -> Target:
         run_dir = path
         folder = find_checkpoint(path, "best") or find_checkpoint(path, "last")
         if folder is None:
-            raise ProbeError(f"{path}: the run has no best/ or last/ checkpoint yet (probe it when it has one)")
+            from ..checkpoint import no_checkpoint_message
+
+            raise ProbeError(no_checkpoint_message(path))
         theta = str(folder)
     elif path.is_dir() and (path.parent / CONFIG_FILE).is_file():
         run_dir, theta = path.parent, str(path)

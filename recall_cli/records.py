@@ -1,0 +1,207 @@
+"""Scored records: a checkpoint that `recall finetune` did not produce as it stands (a `recall merge`
+output, a WiSE-FT interpolation, another run's encoder under an older head) scored on its task's dev
+split and probed against θ*, written as a small run record that compare, tradeoff and forgetting read
+beside the training runs:
+
+    OUT/config.yaml     the recipe of the run the checkpoint's head came from, plus a `record` section:
+                        what was scored (checkpoint, merge method, weights, the tasks merged with)
+    OUT/metrics.jsonl   one eval record and one probe record, both at the source run's last step
+    OUT/summary.json    finished, the final metrics, distance and probe; no weights are copied
+
+The `record` keys take part in grouping (`record.merge`, `record.weights`, `record.with`) except the
+ones that name files (`record.checkpoint`, `record.models`), which differ from seed to seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import checkpoint
+
+RECORD_SECTION = "record"
+# Record keys that name files: they differ per seed and must not split a setting into one row per run.
+RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
+
+
+class RecordError(ValueError):
+    """A record that cannot be written as asked; the message is one line saying what to change."""
+
+
+def is_record(config: dict[str, Any]) -> bool:
+    return isinstance(config.get(RECORD_SECTION), dict)
+
+
+def _source_of(path: Path) -> tuple[Path, Path | None, dict[str, Any] | None]:
+    """(checkpoint folder, run directory or None, merge.json of the merge that wrote it or None)."""
+    if (path / checkpoint.CONFIG_FILE).is_file():
+        folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
+        if folder is None:
+            raise RecordError(checkpoint.no_checkpoint_message(path))
+        return folder, path, None
+    if not (path / "config.json").is_file():
+        raise RecordError(f"{path}: not a run directory or checkpoint folder (no config.yaml, no config.json)")
+    if (path.parent / checkpoint.CONFIG_FILE).is_file():
+        return path, path.parent, None
+    merge_file = path.parent / "merge.json"
+    merge = json.loads(merge_file.read_text(encoding="utf-8")) if merge_file.is_file() else None
+    return path, None, merge
+
+
+def _recipe_dict(folder: Path, run_dir: Path | None) -> dict[str, Any]:
+    from .recipe import read_yaml
+
+    config = run_dir / checkpoint.CONFIG_FILE if run_dir is not None else folder / checkpoint.SOURCE_RECIPE_FILE
+    if not config.is_file():
+        raise RecordError(f"{folder}: no recipe says which task its head was trained on (no {checkpoint.SOURCE_RECIPE_FILE}): "
+                          "record checkpoints that recall finetune or recall merge wrote")
+    raw = read_yaml(config)
+    raw.pop(RECORD_SECTION, None)
+    return raw
+
+
+def _merge_section(folder: Path, merge: dict[str, Any] | None) -> dict[str, Any]:
+    """What the merge did, as settings: method, the weights (linear), and the tasks merged with."""
+    if merge is None:
+        return {"merge": None}
+    inputs = merge.get("inputs") or []
+    me = next((i for i in inputs if Path(merge.get("outputs", {}).get(i["name"], "")).name == folder.name), None)
+    others = [i for i in inputs if i is not me]
+    section: dict[str, Any] = {
+        "merge": merge.get("method"),
+        # What the other inputs are, by how they were trained ("pretrained" for θ*): free of seeds and of
+        # tasks, so that one merge recipe is one row of `recall compare` with the tasks as its columns.
+        "with": sorted(_kind_of(i) for i in others),
+        "models": [i.get("model") for i in inputs],
+    }
+    if merge.get("weights") is not None:
+        section["weights"] = [round(float(w), 6) for w in merge["weights"]]
+    for key in ("temperature", "gamma_rule", "lambda", "density"):
+        if merge.get(key) is not None:
+            section[key] = merge[key]
+    return section
+
+
+METHOD_KINDS = {"adamw": "vanilla", "recadam": "recadam", "adam_coupled": "adam_coupled"}
+
+
+def _kind_of(item: dict[str, Any]) -> str:
+    """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
+    from .recipe import read_yaml
+
+    model = Path(str(item.get("model") or ""))
+    for config in (model / checkpoint.CONFIG_FILE, model.parent / checkpoint.CONFIG_FILE, model / checkpoint.SOURCE_RECIPE_FILE):
+        if item.get("task") and config.is_file():
+            name = ((read_yaml(config).get("optimizer") or {}).get("name")) or "recadam"
+            return METHOD_KINDS.get(name, name)
+    return "pretrained" if not item.get("task") else "fine-tuned"
+
+
+def _distance(folder: Path, against: str) -> float:
+    """‖θ − θ*‖ over the encoder's parameters that θ* has (the head has no θ*), in float64."""
+    import torch
+
+    from .model import load_encoder
+    from .optim.distance import distance_to_anchor
+
+    theta = dict(load_encoder(folder).named_parameters())
+    star = dict(load_encoder(against).named_parameters())
+    shared = [n for n in theta if n in star and theta[n].shape == star[n].shape]
+    if not shared:
+        raise RecordError(f"{folder} and {against} share no parameter: is {against} the model it was fine-tuned from?")
+    with torch.no_grad():
+        return distance_to_anchor([theta[n] for n in shared], [star[n] for n in shared])
+
+
+def write_record(path: Path, out: Path, *, against: str | None = None, probe: bool = True,
+                 device: str = "auto", overwrite: bool = False) -> dict[str, Any]:
+    """Score ``path`` (a run directory's best/, or a checkpoint folder such as a merge output) and
+    write the record to ``out``; returns its summary. Nothing is left at ``out`` if anything fails."""
+    from .evaluate import evaluate_checkpoint
+    from .probes.targets import probe_targets
+    from .recipe import ProbeConfig, recipe_from_dict
+
+    path, out = Path(path), Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
+    if out.exists() and not checkpoint.is_run_dir(out) and any(out.iterdir()):
+        raise RecordError(f"{out} exists and is not a recall record: move it away or choose another --record folder")
+    folder, run_dir, merge = _source_of(path)
+    raw = _recipe_dict(folder, run_dir)
+    recipe = recipe_from_dict(raw, str(folder), check_files=False)
+    reference = against or recipe.model.name_or_path
+    step = _source_step(run_dir, merge)
+
+    scored = evaluate_checkpoint(folder, device=device)
+    eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, reference)}
+    probe_record = None
+    if probe:
+        cfg: ProbeConfig = recipe.probe
+        probes = [p for p in cfg.probes if p != "mlm"]  # a classifier checkpoint has no MLM head to compare
+        row = probe_targets([str(folder)], against=reference, probes=probes, texts_file=cfg.texts_file,
+                            pairs_file=cfg.pairs_file, num_texts=cfg.num_texts, num_pairs=cfg.num_pairs,
+                            max_length=cfg.max_length, batch_size=cfg.batch_size, device=device)[0]
+        probe_record = {"step": step, "split": "probe",
+                        **{k: v for k, v in row.items() if k not in ("target", "theta", "reference", "texts", "pairs", "notes")}}
+
+    raw["output_dir"] = str(out)
+    raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": reference, **_merge_section(folder, merge)}
+    summary = {
+        "record": True,
+        "task": recipe.task.name,
+        "optimizer": recipe.optimizer.name,
+        "init": recipe.model.init,
+        "seed": recipe.train.seed,
+        "steps": step,
+        "finished": True,
+        "final": {k: v for k, v in eval_record.items() if k != "split"},
+        "best": {k: v for k, v in eval_record.items() if k != "split"},
+        "final_distance": eval_record["distance"],
+        "probe": {k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
+        "checkpoint": str(folder),
+        "against": reference,
+    }
+    _write_atomically(out, raw, [eval_record] + ([probe_record] if probe_record else []), summary, overwrite)
+    return summary
+
+
+def _source_step(run_dir: Path | None, merge: dict[str, Any] | None) -> int:
+    """The step the scored weights stand for: the source run's last; a merge's newest input's."""
+    def last_step(folder: Path) -> int:
+        records = checkpoint.read_metrics(folder)
+        return max((r.get("step", 0) for r in records), default=0)
+
+    if run_dir is not None:
+        return last_step(run_dir)
+    steps = []
+    for item in (merge or {}).get("inputs") or []:
+        model = Path(item.get("model") or "")
+        if (model / checkpoint.CONFIG_FILE).is_file():
+            steps.append(last_step(model))
+    return max(steps, default=0)
+
+
+def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str, Any]], summary: dict[str, Any],
+                      overwrite: bool) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (staging / checkpoint.CONFIG_FILE).write_text(
+            "# A scored record (recall evaluate --record): no weights; the checkpoint is named under `record`.\n"
+            + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        (staging / checkpoint.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        (staging / checkpoint.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            if not overwrite and any(out.iterdir()):
+                raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
