@@ -87,7 +87,7 @@ def tradeoff(
         else:
             for s in settings:
                 mx, my = s["median"]
-                typer.echo(f"{s['label']}: n={len(s['points'])} median {x}={_num(mx)} {y}={_num(my)}")
+                typer.echo(f"{s['task']} / {s['label']}: n={len(s['points'])} median {x}={_num(mx)} {y}={_num(my)}")
         typer.echo(f"figure: {out}", err=as_json)
 
     run_guarded(go, interrupted_hint=None)

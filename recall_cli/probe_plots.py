@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .plots import FORMATS, _figure_title, _pyplot, save_figure
 from .probe_report import SKILL_TITLES, final_layers, skill_field
-from .report import CurveGroup, ReportError
+from .report import TASK_TITLES, CurveGroup, ReportError
 
 
 def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
@@ -59,19 +59,30 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
 
 
 def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 150) -> Path:
+    """One panel per task (a score's scale is the task's), one colour per setting across the panels:
+    each run a dot, each setting's median a cross."""
     if FORMATS.get(Path(out).suffix.lower()) is None:
         raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5), dpi=dpi, layout="constrained")
-    colors = plt.get_cmap("tab10").colors
-    for i, s in enumerate(settings):
-        color = colors[i % len(colors)]
-        ax.scatter([p[x] for p in s["points"]], [p[y] for p in s["points"]], color=color, alpha=0.55, s=22)
-        ax.scatter(*s["median"], color=color, marker="X", s=120, edgecolor="black", linewidth=0.8,
-                   label=f"{s['label']} (median of {len(s['points'])})")
-    ax.set_xlabel(f"task score: dev {x} (final eval)")
-    ax.set_ylabel(f"retained skill: {y} (final probe)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
-    ax.set_title("trade-off: learning the task vs keeping the pretrained skill")
+    tasks = list(dict.fromkeys(s.get("task") for s in settings))
+    labels = list(dict.fromkeys(s["label"] for s in settings))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 4.6 * len(tasks), 4.6 + 0.22 * len(labels)), dpi=dpi,
+                             layout="constrained", squeeze=False)
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colors = {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+    handles = {}
+    for ax, task in zip(axes[0], tasks):
+        for s in (s for s in settings if s.get("task") == task):
+            color = colors[s["label"]]
+            ax.scatter([p[x] for p in s["points"]], [p[y] for p in s["points"]], color=color, alpha=0.5, s=20)
+            handles[s["label"]] = ax.scatter(*s["median"], color=color, marker="X", s=110, edgecolor="black",
+                                             linewidth=0.7)
+        ax.set_title(TASK_TITLES.get(task, str(task)))
+        ax.set_xlabel(f"task score: dev {x} (final eval)")
+        ax.set_ylabel(f"retained skill: {y} (final probe)")
+        ax.grid(alpha=0.3)
+    fig.legend([handles[label] for label in labels if label in handles], [label for label in labels if label in handles],
+               loc="outside lower center", ncol=2 if len(labels) > 3 else 1, fontsize="small",
+               title="setting: x = median over seeds, dots = runs")
+    fig.suptitle("trade-off: learning the task vs keeping the pretrained skill")
     return save_figure(fig, plt, out, dpi)

@@ -109,10 +109,11 @@ def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict
         if not record or not _finite(record.get(x)) or not _finite(record.get(y)):
             continue
         chosen = {k: run.settings.get(k) for k in keys}
-        if len({r.task for r in runs}) > 1:
-            chosen = {"task.name": run.task, **chosen}
-        entry = settings.setdefault(_key(chosen), {"label": group_label(chosen) if chosen else "all runs",
-                                                   "settings": chosen, "points": []})
+        # One entry per (task, setting): scores of different tasks are not on one scale (MCC vs accuracy),
+        # so the figure gives each task its own panel, and a setting keeps its label and colour across them.
+        entry = settings.setdefault(_key({"task.name": run.task, **chosen}),
+                                    {"label": group_label(chosen) if chosen else "all runs", "task": run.task,
+                                     "settings": chosen, "points": []})
         entry["points"].append({"run": str(run.path), x: record[x], y: record[y]})
     if not settings:
         raise ReportError(f"no finished run records both {x} (eval) and {y} (probe) at its final step: "
