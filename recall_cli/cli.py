@@ -223,8 +223,8 @@ def evaluate(
             typer.echo(f"{summary['task']} {summary['checkpoint']}: " + " ".join(shown))
             typer.echo(f"record: {record}")
             return
-        if against is not None or overwrite:
-            fail("--against and --overwrite go with --record DIR", EXIT_USAGE)
+        if against is not None or overwrite or not probe:
+            fail("--against, --overwrite and --no-probe go with --record DIR", EXIT_USAGE)
 
         result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
         if as_json:

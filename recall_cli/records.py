@@ -50,7 +50,12 @@ def _source_of(path: Path) -> tuple[Path, Path | None, dict[str, Any] | None]:
     if (path.parent / checkpoint.CONFIG_FILE).is_file():
         return path, path.parent, None
     merge_file = path.parent / "merge.json"
-    merge = json.loads(merge_file.read_text(encoding="utf-8")) if merge_file.is_file() else None
+    merge = None
+    if merge_file.is_file():
+        try:
+            merge = json.loads(merge_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"{merge_file} is not valid JSON ({exc.msg}, line {exc.lineno}): is the merge complete?") from None
     return path, None, merge
 
 
@@ -72,6 +77,8 @@ def _merge_section(folder: Path, merge: dict[str, Any] | None) -> dict[str, Any]
         return {"merge": None}
     inputs = merge.get("inputs") or []
     me = next((i for i in inputs if Path(merge.get("outputs", {}).get(i["name"], "")).name == folder.name), None)
+    if me is None:
+        raise RecordError(f"{folder} is not one of the outputs its merge.json names: score a folder that recall merge wrote")
     others = [i for i in inputs if i is not me]
     section: dict[str, Any] = {
         "merge": merge.get("method"),
@@ -95,6 +102,10 @@ def _kind_of(item: dict[str, Any]) -> str:
     """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
     from .recipe import read_yaml
 
+    if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
+        return METHOD_KINDS.get(item["optimizer"], item["optimizer"])
+    if "optimizer" in item and not item.get("task"):
+        return "pretrained"
     model = Path(str(item.get("model") or ""))
     for config in (model / checkpoint.CONFIG_FILE, model.parent / checkpoint.CONFIG_FILE, model / checkpoint.SOURCE_RECIPE_FILE):
         if item.get("task") and config.is_file():
@@ -130,13 +141,14 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     path, out = Path(path), Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
-    if out.exists() and not checkpoint.is_run_dir(out) and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not _holds_record(out):
+        # --overwrite replaces a record, never a training run (its weights) or anything else
         raise RecordError(f"{out} exists and is not a recall record: move it away or choose another --record folder")
     folder, run_dir, merge = _source_of(path)
     raw = _recipe_dict(folder, run_dir)
     recipe = recipe_from_dict(raw, str(folder), check_files=False)
     reference = against or recipe.model.name_or_path
-    step = _source_step(run_dir, merge)
+    step = _source_step(run_dir, merge, folder)
 
     scored = evaluate_checkpoint(folder, device=device)
     eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, reference)}
@@ -171,20 +183,40 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     return summary
 
 
-def _source_step(run_dir: Path | None, merge: dict[str, Any] | None) -> int:
-    """The step the scored weights stand for: the source run's last; a merge's newest input's."""
-    def last_step(folder: Path) -> int:
-        records = checkpoint.read_metrics(folder)
+def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Path) -> int:
+    """The step the scored weights stand for: the run's best step for best/, else its last step; for
+    a merge output, the latest of its inputs' steps."""
+    def step_of(run: Path, checkpoint_name: str) -> int:
+        if checkpoint_name == "best" and (run / checkpoint.SUMMARY_FILE).is_file():
+            try:
+                best = json.loads((run / checkpoint.SUMMARY_FILE).read_text(encoding="utf-8")).get("best") or {}
+            except json.JSONDecodeError:
+                best = {}
+            if isinstance(best.get("step"), int):
+                return best["step"]
+        records = checkpoint.read_metrics(run)
         return max((r.get("step", 0) for r in records), default=0)
 
     if run_dir is not None:
-        return last_step(run_dir)
+        return step_of(run_dir, folder.name)
     steps = []
     for item in (merge or {}).get("inputs") or []:
         model = Path(item.get("model") or "")
-        if (model / checkpoint.CONFIG_FILE).is_file():
-            steps.append(last_step(model))
+        for run, name in ((model, "best"), (model.parent, model.name)):
+            if (run / checkpoint.CONFIG_FILE).is_file():
+                steps.append(step_of(run, name))
+                break
     return max(steps, default=0)
+
+
+def _holds_record(folder: Path) -> bool:
+    import yaml as _yaml
+
+    try:
+        config = _yaml.safe_load((folder / checkpoint.CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, _yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and is_record(config)
 
 
 def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str, Any]], summary: dict[str, Any],
@@ -198,7 +230,7 @@ def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str,
         (staging / checkpoint.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         (staging / checkpoint.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if out.exists():
-            if not overwrite and any(out.iterdir()):
+            if any(out.iterdir()) and not (overwrite and _holds_record(out)):
                 raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
             shutil.rmtree(out)
         os.replace(staging, out)

@@ -522,7 +522,9 @@ def to_records(result: Comparison) -> list[dict[str, Any]]:
 def _pct(value: float | None, metric: str = "main") -> str:
     if value is None:
         return "–"
-    return f"{value:.3g}" if metric in RAW_MEASURES else f"{100 * value:.1f}"
+    if metric in RAW_MEASURES:
+        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{100 * value:.1f}"
 
 
 def _cell_text(result: Comparison, group: Group, stat: str, column: tuple[str, list[str]] | str) -> tuple[str, float | None]:

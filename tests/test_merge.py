@@ -209,6 +209,18 @@ def test_outputs_open_with_from_pretrained_and_score_with_evaluate(runs, tmp_pat
     assert scored[1]["metrics"] == scored[0]["metrics"]  # weights (1, 0): model a, scored alike
 
 
+def test_inputs_with_one_name_get_distinct_outputs(runs, tmp_path):
+    """a, a and a-2 (runs of different sweeps named alike) become a, a-2 and a-2-2, never one folder twice."""
+    import shutil
+
+    other, third = tmp_path / "other" / "a", tmp_path / "a-2"
+    shutil.copytree(runs["a"], other)
+    shutil.copytree(runs["b"], third)
+    code, output = merge(runs["a"], other, third, "--out", tmp_path / "m", "--method", "linear")
+    assert code == 0, output
+    assert sorted(p.name for p in (tmp_path / "m").iterdir() if p.is_dir()) == ["a", "a-2", "a-2-2"]
+
+
 def test_layer_index_from_parameter_names():
     assert layer_of("embeddings.word_embeddings.weight", 6) == 0
     assert layer_of("encoder.layer.0.attention.self.query.weight", 6) == 1

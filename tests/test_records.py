@@ -78,6 +78,7 @@ def test_wise_ft_endpoints_are_theta_star_and_the_run(run, tiny_model_dir, tmp_p
                                       "--out", out, "--device", "cpu", "--json")
         assert code == 0, stdout + stderr
         ends[alpha] = record(out / "a", tmp_path / f"rec{alpha}", "--against", tiny_model_dir)
+    assert ends[0]["steps"] == ends[1]["steps"] == 12  # the run's last step: the merge's input was the run
     assert ends[0]["final_distance"] == 0.0
     assert ends[0]["probe"]["cka"] == pytest.approx(1.0, abs=1e-9) and ends[0]["probe"]["drift"] == pytest.approx(0.0, abs=1e-6)
     assert ends[1]["final_distance"] == pytest.approx(alone["final_distance"], rel=1e-6)
@@ -86,6 +87,38 @@ def test_wise_ft_endpoints_are_theta_star_and_the_run(run, tiny_model_dir, tmp_p
     config = yaml.safe_load((tmp_path / "rec1" / "config.yaml").read_text())
     assert config["record"]["merge"] == "linear" and config["record"]["weights"] == [0.0, 1.0]
     assert config["record"]["with"] == ["pretrained"]  # the other input has no task: θ*
+
+
+def test_a_merge_of_a_checkpoint_folder_keeps_the_runs_step_and_kind(run, tiny_model_dir, tmp_path):
+    """The study merges RUN/last folders: the record still knows the run's step and how it was trained."""
+    out = tmp_path / "m"
+    assert invoke("merge", tiny_model_dir, run / "best", "--method", "linear", "--out", out, "--device", "cpu")[0] == 0
+    merged = json.loads((out / "merge.json").read_text())
+    assert [i["optimizer"] for i in merged["inputs"]] == [None, "recadam"]
+    rec = record(out / "a", tmp_path / "rec", "--no-probe")
+    assert rec["steps"] == 12
+    config = yaml.safe_load((tmp_path / "rec" / "config.yaml").read_text())
+    assert config["record"]["with"] == ["pretrained"]
+    # merge.json files written before the "optimizer" field: the kind is read from the inputs' recipes
+    for item in merged["inputs"]:
+        del item["optimizer"]
+    (out / "merge.json").write_text(json.dumps(merged))
+    record(out / "a", tmp_path / "old", "--no-probe")
+    assert yaml.safe_load((tmp_path / "old" / "config.yaml").read_text())["record"]["with"] == ["pretrained"]
+
+
+def test_overwrite_replaces_a_record_never_a_run(run, tiny_model_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    code, _, stderr = invoke("evaluate", copy, "--record", copy, "--overwrite", "--no-probe", "--device", "cpu")
+    assert code == 2 and "not a recall record" in stderr
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before  # weights and all, untouched
+    first = record(run, tmp_path / "rec", "--no-probe")
+    second = record(run, tmp_path / "rec", "--no-probe", "--overwrite")
+    assert first["final_distance"] == second["final_distance"]
 
 
 def test_compare_groups_records_beside_runs_and_reads_distance(run, tiny_model_dir, tmp_path):

@@ -61,14 +61,15 @@ def open_sources(args: list[str]) -> list[Source]:
     if len(args) < 2:
         raise MergeError("give at least two models to merge (run directories or save_pretrained folders)")
     sources = [open_source(a) for a in args]
-    seen: dict[str, int] = {}
+    taken: set[str] = set()
     for s in sources:
         if s.arg.startswith("pkg:"):
             s.name = s.arg[len("pkg:"):]
-        count = seen.get(s.name, 0)
-        seen[s.name] = count + 1
-        if count:
-            s.name = f"{s.name}-{count + 1}"
+        base, n = s.name, 1
+        while s.name in taken:  # two runs named alike (runs/a/s1, runs/b/s1): s1, s1-2, ...; never a clash
+            n += 1
+            s.name = f"{base}-{n}"
+        taken.add(s.name)
     check_compatible(sources)
     return sources
 
@@ -175,7 +176,9 @@ def merge(
             "method": method.name,
             **method.describe(),
             "inputs": [
-                {"name": s.name, "model": s.arg, "checkpoint": str(s.folder), "task": s.task, "head": bool(s.head)}
+                {"name": s.name, "model": s.arg, "checkpoint": str(s.folder), "task": s.task, "head": bool(s.head),
+                 # how the input was trained (null: no recall recipe, e.g. the pretrained model); read by records
+                 "optimizer": ((s.recipe or {}).get("optimizer") or {}).get("name") if s.recipe else None}
                 for s in sources
             ],
             "theta_star": [a.where for a in anchors] if anchors else None,
