@@ -64,7 +64,9 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     if FORMATS.get(Path(out).suffix.lower()) is None:
         raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     plt = _pyplot()
-    tasks = list(dict.fromkeys(s.get("task") for s in settings))
+    order = list(TASK_TITLES)  # the paper's column order, as in recall compare
+    tasks = sorted(dict.fromkeys(s.get("task") for s in settings),
+                   key=lambda t: (order.index(t) if t in order else len(order), str(t)))
     labels = list(dict.fromkeys(s["label"] for s in settings))
     fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 4.6 * len(tasks), 4.6 + 0.22 * len(labels)), dpi=dpi,
                              layout="constrained", squeeze=False)
