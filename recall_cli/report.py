@@ -55,7 +55,8 @@ SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "opti
               "lr": "optimizer.lr", "cof": "optimizer.pretrain_cof", "init": "model.init",
               "optimizer": "optimizer.name", "seed": "train.seed", "steps": "train.max_steps",
               "model": "model.name_or_path", "anneal_fun": "optimizer.anneal_fun",
-              "merge": "record.merge", "weights": "record.weights", "with": "record.with"}
+              "merge": "record.merge", "weights": "record.weights", "with": "record.with",
+              "tau": "record.temperature", "gamma": "record.gamma_rule"}
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 METHOD_NAMES = {"adamw": "vanilla fine-tuning", "recadam": "RecAdam", "adam_coupled": "Adam coupled"}
 INIT_NAMES = {"pretrained": "PI", "random": "RI"}
@@ -411,8 +412,8 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
 def _fmt_setting(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
-    if isinstance(value, list):
-        return ",".join(_fmt_setting(v) for v in value)
+    if isinstance(value, list):  # merge weights: 0.333333 reads as 0.333
+        return ",".join(f"{v:.3g}" if isinstance(v, float) else _fmt_setting(v) for v in value)
     if isinstance(value, str) and "/" in value:
         return value.rstrip("/").rsplit("/", 1)[-1]
     return str(value)
