@@ -376,6 +376,8 @@ def collect() -> None:
     for folder in sorted((RUNS / "records").rglob("summary.json")):
         copy_record(folder.parent, target / folder.parent.relative_to(RUNS / "records"))
     a, b = CONTINUAL
+    for seed in SEEDS:  # task A before B: the same runs as main/A/vanilla, so the continual table shows them
+        copy_record(run_dir(a, "vanilla", seed), target / "continual" / f"{a}_before" / f"s{seed}")
     for run in sorted((RUNS / "continual" / f"{b}_after_{a}").iterdir()):
         copy_record(run, target / "continual_runs" / run.name)
     shutil.copy2(RUNS / "selection.json", DOCS / "selection.json")
@@ -392,7 +394,8 @@ def tables() -> list[tuple[str, list[str]]]:
     """(file name, recall command) for every table in docs/results.md."""
     runs = DOCS / "runs"
     out = [(f"main_{m}", ["recall", "compare", str(runs / "main"), "--metric", m, "--stats", "median,min,max",
-                          "--format", "markdown"]) for m in MAIN_METRICS]
+                          "--format", "markdown", *(["--where", "record.merge=null"] if m == "train_seconds" else [])])
+           for m in MAIN_METRICS]
     out += [(f"headline_{m}", ["recall", "compare", str(runs / "main"), "--metric", m, "--stats", "median",
                                "--format", "markdown"]) for m in ("main", "sts_retained")]
     out += [(f"grid_{m}", ["recall", "compare", str(runs / "grid"), "--metric", m, "--format", "markdown", "--stats", "median"])
@@ -406,6 +409,8 @@ def figures() -> list[list[str]]:
     runs = DOCS / "runs"
     return [
         ["recall", "tradeoff", str(runs / "main"), "--x", "main", "--y", "sts_retained", "--out", "docs/figures/study_tradeoff.png"],
+        # SST-2's runs and records: distance and probes against the step, and CKA per layer at the end
+        ["recall", "forgetting", "--run-dir", str(runs / "main" / "sst2"), "--out", "docs/figures/study_forgetting_sst2.png"],
     ]
 
 
@@ -421,10 +426,10 @@ def report() -> None:
         text = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
         (folder / f"{name}.md").write_text(f"<!-- {' '.join(command)} -->\n{text}")
         print(f"wrote {folder / name}.md")
-    command = figures()[0]
-    text = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
-    (folder / "tradeoff.txt").write_text(f"$ {' '.join(command)}\n{text}")
-    print(text, end="")
+    for name, command in zip(("tradeoff", "forgetting_sst2"), figures()):
+        text = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+        (folder / f"{name}.txt").write_text(f"$ {' '.join(command)}\n{text}")
+        print(text, end="")
 
 
 def check(cell: str) -> int:
