@@ -38,6 +38,8 @@ RNG_FILE = "rng_state.pt"
 # A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
 # trained with, so that `recall evaluate FOLDER` knows the task.
 SOURCE_RECIPE_FILE = "recall_recipe.yaml"
+# A scored record (recall_cli/records.py) is a run directory whose config.yaml has this section.
+RECORD_SECTION = "record"
 
 
 class RunDirError(RuntimeError):
@@ -164,16 +166,22 @@ def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
     return None
 
 
-def no_checkpoint_message(run_dir: Path) -> str:
-    """Why a run directory has no checkpoint to load: not there yet, or a scored record, which keeps none."""
+def scored_record(run_dir: Path) -> dict[str, Any] | None:
+    """The `record` section of a scored record's config.yaml (recall evaluate --record); None for a run."""
     import yaml
 
     try:
         config = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
-        config = None
-    record = config.get("record") if isinstance(config, dict) else None
-    if isinstance(record, dict):
+        return None
+    record = config.get(RECORD_SECTION) if isinstance(config, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why a run directory has no checkpoint to load: not there yet, or a scored record, which keeps none."""
+    record = scored_record(run_dir)
+    if record is not None:
         return (f"{run_dir} is a scored record (recall evaluate --record) and holds no weights: "
                 f"give the checkpoint it scored, {record.get('checkpoint')}")
     return f"{run_dir}: the run has no best/ or last/ checkpoint yet"

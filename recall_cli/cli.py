@@ -76,12 +76,11 @@ def finetune(
             config = resume / "config.yaml"
             if not config.is_file():
                 fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
-            raw = read_yaml(config)
-            if isinstance(raw.get("record"), dict):
-                from .checkpoint import no_checkpoint_message
+            from .checkpoint import no_checkpoint_message, scored_record
 
+            if scored_record(resume) is not None:
                 fail(no_checkpoint_message(resume) + "; a record cannot be resumed", EXIT_USAGE)
-            loaded = recipe_from_dict(raw, str(config))
+            loaded = recipe_from_dict(read_yaml(config), str(config))
             if Path(loaded.output_dir).resolve() != resume.resolve():
                 # The run directory was moved or copied: it is where the user says it is now.
                 loaded = dataclasses.replace(loaded, output_dir=str(resume))

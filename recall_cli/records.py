@@ -25,17 +25,14 @@ import yaml
 
 from . import checkpoint
 
-RECORD_SECTION = "record"
-# Record keys that name files: they differ per seed and must not split a setting into one row per run.
+RECORD_SECTION = checkpoint.RECORD_SECTION
+# Record keys that name files: they differ per seed and must not split a setting into one row per run
+# (report.NOT_SETTINGS takes them from here).
 RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
 class RecordError(ValueError):
     """A record that cannot be written as asked; the message is one line saying what to change."""
-
-
-def is_record(config: dict[str, Any]) -> bool:
-    return isinstance(config.get(RECORD_SECTION), dict)
 
 
 def _source_of(path: Path) -> tuple[Path, Path | None, dict[str, Any] | None]:
@@ -104,14 +101,14 @@ def _kind_of(item: dict[str, Any]) -> str:
 
     if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
         return METHOD_KINDS.get(item["optimizer"], item["optimizer"])
-    if "optimizer" in item and not item.get("task"):
+    if not item.get("task"):
         return "pretrained"
     model = Path(str(item.get("model") or ""))
     for config in (model / checkpoint.CONFIG_FILE, model.parent / checkpoint.CONFIG_FILE, model / checkpoint.SOURCE_RECIPE_FILE):
-        if item.get("task") and config.is_file():
+        if config.is_file():
             name = ((read_yaml(config).get("optimizer") or {}).get("name")) or "recadam"
             return METHOD_KINDS.get(name, name)
-    return "pretrained" if not item.get("task") else "fine-tuned"
+    return "fine-tuned"
 
 
 def _distance(folder: Path, against: str) -> float:
@@ -139,11 +136,7 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     from .recipe import ProbeConfig, recipe_from_dict
 
     path, out = Path(path), Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
-    if out.exists() and any(out.iterdir()) and not _holds_record(out):
-        # --overwrite replaces a record, never a training run (its weights) or anything else
-        raise RecordError(f"{out} exists and is not a recall record: move it away or choose another --record folder")
+    _check_out(out, overwrite)
     folder, run_dir, merge = _source_of(path)
     raw = _recipe_dict(folder, run_dir)
     recipe = recipe_from_dict(raw, str(folder), check_files=False)
@@ -164,6 +157,7 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
 
     raw["output_dir"] = str(out)
     raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": reference, **_merge_section(folder, merge)}
+    scores = {k: v for k, v in eval_record.items() if k != "split"}
     summary = {
         "record": True,
         "task": recipe.task.name,
@@ -172,8 +166,8 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
         "seed": recipe.train.seed,
         "steps": step,
         "finished": True,
-        "final": {k: v for k, v in eval_record.items() if k != "split"},
-        "best": {k: v for k, v in eval_record.items() if k != "split"},
+        "final": scores,
+        "best": scores,
         "final_distance": eval_record["distance"],
         "probe": {k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
         "checkpoint": str(folder),
@@ -209,14 +203,15 @@ def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Pat
     return max(steps, default=0)
 
 
-def _holds_record(folder: Path) -> bool:
-    import yaml as _yaml
-
-    try:
-        config = _yaml.safe_load((folder / checkpoint.CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, _yaml.YAMLError):
-        return False
-    return isinstance(config, dict) and is_record(config)
+def _check_out(out: Path, overwrite: bool) -> None:
+    """An existing non-empty ``out`` is replaced only with --overwrite, and only when it is a record:
+    never a training run (its weights) or anything else."""
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
+    if checkpoint.scored_record(out) is None:
+        raise RecordError(f"{out} exists and is not a recall record: move it away or choose another --record folder")
 
 
 def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str, Any]], summary: dict[str, Any],
@@ -230,8 +225,7 @@ def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str,
         (staging / checkpoint.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         (staging / checkpoint.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if out.exists():
-            if any(out.iterdir()) and not (overwrite and _holds_record(out)):
-                raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
+            _check_out(out, overwrite)  # again: another process may have written it meanwhile
             shutil.rmtree(out)
         os.replace(staging, out)
     except BaseException:

@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import yaml
 
+from .records import RECORD_PATH_KEYS
+
 FORMATS = ("table", "markdown", "csv", "json")
 PRESETS = ("init", "k", "main")
 AT = ("final", "best")
@@ -40,8 +42,7 @@ RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.an
 # probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
                 "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code",
-                # a scored record's file names (recall_cli/records.py): they differ per seed
-                "record.checkpoint", "record.models", "record.against"}
+                *RECORD_PATH_KEYS}  # a scored record's file names: they differ per seed
 # Scalar fields of metrics.jsonl's probe records (recall_cli/probes/runner.py), usable as --metric.
 PROBE_MEASURES = ("cka", "cka_debiased", "drift", "sts", "sts_ref", "sts_retained", "mlm_loss", "mlm_loss_ref",
                   "mlm_ratio")

@@ -106,20 +106,16 @@ def training_steps() -> list[Step]:
     steps.append(Step("select", needs=tuple(f"{t}/grid_pi" for t in TASKS), call=select, cost=1000))
     for task in TASKS:
         c = CELL_COST[task]
-        steps.append(Step(f"{task}/pi", [["recall", "sweep", recipe(task), "model.init=pretrained", *chosen_overrides(task),
+        steps.append(Step(f"{task}/pi", [["recall", "sweep", recipe(task), "model.init=pretrained", "@chosen", task,
                                           "--seeds", "2,3", "--out", str(RUNS / task / "pi")]], needs=("select",), cost=2 * c))
-        steps.append(Step(f"{task}/ri", [["recall", "sweep", recipe(task), "model.init=random", *chosen_overrides(task),
+        steps.append(Step(f"{task}/ri", [["recall", "sweep", recipe(task), "model.init=random", "@chosen", task,
                                           "--seeds", ",".join(map(str, SEEDS)), "--out", str(RUNS / task / "ri")]],
                           needs=("select",), cost=3 * c))
     return steps
 
 
-def chosen_overrides(task: str) -> list[str]:
-    """Filled in when the step runs (after selection); a placeholder until then."""
-    return ["@chosen", task]
-
-
 def expand(command: list[str]) -> list[str]:
+    """"@chosen TASK" in a command becomes TASK's selected t0 and k, once selection.json exists."""
     if "@chosen" in command:
         i = command.index("@chosen")
         chosen = selection()[command[i + 1]]
@@ -204,7 +200,7 @@ def continual_steps() -> list[Step]:
             overrides += ["optimizer.name=adamw"] if method == "vanilla" else ["optimizer.name=recadam", "@chosen", b]
             needs = (f"{a}/vanilla",) if method == "vanilla" else (f"{a}/vanilla", "select")
             steps.append(Step(f"continual/{method}_s{seed}", [["@finetune", recipe(b), *overrides]], needs=needs,
-                              done=None, cost=CELL_COST[b]))
+                              cost=CELL_COST[b]))
             # B's own score against the pretrained model; A's head on B's encoder (backward transfer).
             steps.append(record_step(f"continual/{method}_s{seed}/b", out / "last", records / f"{b}_{method}" / f"s{seed}",
                                      (f"continual/{method}_s{seed}",)))
