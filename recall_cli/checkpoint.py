@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from .errors import RunDirError  # noqa: F401 - raised here, importable from here
+
 ANCHOR_FILE = "anchor.safetensors"
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -41,9 +43,6 @@ SOURCE_RECIPE_FILE = "recall_recipe.yaml"
 # A scored record (recall_cli/records.py) is a run directory whose config.yaml has this section.
 RECORD_SECTION = "record"
 
-
-class RunDirError(RuntimeError):
-    """The output directory cannot be used as asked; the message says what to do."""
 
 
 def is_run_dir(path: Path) -> bool:

@@ -12,14 +12,15 @@ from typing import Annotated
 
 import typer
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-# 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
-EXIT_PREEMPTED = 143
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
-    "3 training diverged (NaN/inf loss); 130 interrupted; 143 stopped by SIGTERM after saving last/ "
-    "(continue with --resume). RECALL_DEBUG=1 shows tracebacks."
+from .errors import (  # noqa: F401 - the exit codes, re-exported for the command modules
+    EXIT_CODES_HELP,
+    EXIT_DIVERGED,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    exit_code_of,
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
@@ -29,30 +30,6 @@ def fail(message: str, code: int) -> None:
     """Print ``error: message`` on stderr and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
-
-
-def _known_errors():
-    """(exception type, exit code) pairs, most specific first; imported lazily to keep --help fast."""
-    from .checkpoint import RunDirError
-    from .data import DataError
-    from .model import ModelLoadError
-    from .preflight import PreflightError
-    from .recipe import RecipeError
-    from .records import RecordError
-    from .runtime import DeviceError
-    from .train import Preempted, TrainingDiverged
-
-    return [
-        (Preempted, EXIT_PREEMPTED),
-        (RecipeError, EXIT_USAGE),
-        (DataError, EXIT_USAGE),
-        (ModelLoadError, EXIT_USAGE),
-        (PreflightError, EXIT_USAGE),
-        (RunDirError, EXIT_USAGE),
-        (RecordError, EXIT_USAGE),
-        (DeviceError, EXIT_USAGE),
-        (TrainingDiverged, EXIT_DIVERGED),
-    ]
 
 
 def _rank() -> int:
@@ -83,27 +60,13 @@ def run_guarded(fn, interrupted_hint: str | None = RESUME_HINT) -> None:
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
         if debug:
             raise
-        from .recipe import RecipeError
-
-        known = isinstance(exc, RecipeError) or any(isinstance(exc, kind) for kind, _ in _known_errors())
-        if rank > 0 and known:
+        code = exit_code_of(exc)
+        if code is None:
+            where = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
+            fail(f"{where}{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
+        if rank > 0:
             # Give rank 0, failing the same way, time to print before torchrun stops the other workers.
             time.sleep(1.0)
-            code = EXIT_USAGE if isinstance(exc, RecipeError) else next(c for k, c in _known_errors() if isinstance(exc, k))
-            raise typer.Exit(code)
-        if isinstance(exc, RecipeError):
-            count = len(exc.problems)
-            lines = [f"error: {exc.source}: {count} problem{'s' if count > 1 else ''} in the recipe:"]
-            lines += [f"  - {p}" for p in exc.problems]
-            typer.echo("\n".join(lines), err=True)
-            raise typer.Exit(EXIT_USAGE)
-        from .train import Preempted
-
-        if isinstance(exc, Preempted):
-            typer.echo(str(exc), err=True)
-            raise typer.Exit(EXIT_PREEMPTED)
-        for kind, code in _known_errors():
-            if isinstance(exc, kind):
-                fail(str(exc), code)
-        where = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
-        fail(f"{where}{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
+        else:
+            typer.echo("\n".join(exc.lines()), err=True)
+        raise typer.Exit(code)

@@ -52,40 +52,33 @@ def merge(
         from . import merge as m
         from .runtime import resolve_device
 
-        def usage(exc: m.MergeError) -> None:
-            fail(str(exc), EXIT_USAGE)
-
         if temperature is not None and temperature <= 0:
             fail(f"--temperature {temperature:g}: the softmax temperature must be > 0 (e.g. {m.DEFAULT_TEMPERATURE:g})", EXIT_USAGE)
         if samples is not None and task is not None:
             fail("give --samples or --task, not both", EXIT_USAGE)
-        try:
-            m.engine.check_out(out)
-            texts = source = None
-            if samples is not None:
-                texts, source = m.samples.read_samples_file(samples), str(samples)
-            parsed_weights = _parse_weights(weights)
-            sources = m.open_sources(models)
-            max_len = 128
-            if method == "recall" and texts is None:
-                ref = sources[m.engine.find_reference(sources, reference)]
-                texts, source, max_len = m.samples.task_samples(task, ref)
-            elif method == "recall":
-                ref = sources[m.engine.find_reference(sources, reference)]
-                max_len = int(((ref.recipe or {}).get("task") or {}).get("max_seq_length", 128))
-            options = m.MergeOptions(
-                reference=reference, texts=texts, samples_source=source,
-                clusters=clusters or m.DEFAULT_CLUSTERS, pool=pool or m.DEFAULT_POOL,
-                temperature=temperature or m.DEFAULT_TEMPERATURE, gamma=_parse_gamma(gamma),
-                max_seq_length=max_len, weights=parsed_weights, lam=lam, density=density, seed=seed,
-                device=resolve_device(device),
-            )
-            chosen, record = m.build_method(method, sources, options)
-            anchors = m.engine.base_anchors(sources, base) if chosen.needs_base else None
-            result = m.merge(sources, chosen, out, anchors=anchors, record=record)
-        except m.MergeError as exc:
-            usage(exc)
-            return
+        m.engine.check_out(out)
+        texts = source = None
+        if samples is not None:
+            texts, source = m.samples.read_samples_file(samples), str(samples)
+        parsed_weights = _parse_weights(weights)
+        sources = m.open_sources(models)
+        max_len = 128
+        if method == "recall" and texts is None:
+            ref = sources[m.engine.find_reference(sources, reference)]
+            texts, source, max_len = m.samples.task_samples(task, ref)
+        elif method == "recall":
+            ref = sources[m.engine.find_reference(sources, reference)]
+            max_len = int(((ref.recipe or {}).get("task") or {}).get("max_seq_length", 128))
+        options = m.MergeOptions(
+            reference=reference, texts=texts, samples_source=source,
+            clusters=clusters or m.DEFAULT_CLUSTERS, pool=pool or m.DEFAULT_POOL,
+            temperature=temperature or m.DEFAULT_TEMPERATURE, gamma=_parse_gamma(gamma),
+            max_seq_length=max_len, weights=parsed_weights, lam=lam, density=density, seed=seed,
+            device=resolve_device(device),
+        )
+        chosen, record = m.build_method(method, sources, options)
+        anchors = m.engine.base_anchors(sources, base) if chosen.needs_base else None
+        result = m.merge(sources, chosen, out, anchors=anchors, record=record)
         scores = _evaluate(result, sources, device) if evaluate else None
         if as_json:
             typer.echo(json.dumps({**result.record, **({"scores": scores} if scores else {})}, indent=2))

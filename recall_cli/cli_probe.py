@@ -76,12 +76,9 @@ def tradeoff(
         from .probe_plots import tradeoff_figure
         from .probe_report import tradeoff_points
 
-        try:
-            runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
-            settings = tradeoff_points(runs, x, y, list(by or []))
-            tradeoff_figure(settings, x, y, out)
-        except report.ReportError as exc:
-            fail(str(exc), EXIT_USAGE)
+        runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
+        settings = tradeoff_points(runs, x, y, list(by or []))
+        tradeoff_figure(settings, x, y, out)
         if as_json:
             typer.echo(json.dumps(settings, indent=2))
         else:

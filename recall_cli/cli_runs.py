@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE, fail, run_guarded
+from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, fail, run_guarded
 
 SWEEP_EXIT_CODES = (
     "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
@@ -26,24 +26,9 @@ REPORT_EXIT_CODES = (
 )
 
 
-def _usage_errors():
-    from .report import ReportError
-    from .sweep import SweepError
-
-    return (SweepError, ReportError)
-
-
 def _guarded(fn, interrupted_hint: str | None = None) -> None:
-    """run_guarded, with this group's own usage errors as one line and exit 2. Ctrl-C in compare or
-    forgetting has nothing to resume: no hint unless the command gives one."""
-
-    def go() -> None:
-        try:
-            fn()
-        except _usage_errors() as exc:
-            fail(str(exc), EXIT_USAGE)
-
-    run_guarded(go, interrupted_hint)
+    """run_guarded without the resume hint: Ctrl-C in compare or forgetting has nothing to resume."""
+    run_guarded(fn, interrupted_hint)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,9 +23,8 @@ from typing import Any
 
 import torch
 
+from .errors import DataError  # noqa: F401 - raised here, importable from here
 
-class DataError(ValueError):
-    """A problem with the user's data: the message is one line naming the file, the line and the fix."""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .errors import ModelLoadError  # noqa: F401 - raised here, importable from here
 from torch import Tensor
 
 from .recipe import ModelConfig, OptimizerConfig
 
-
-class ModelLoadError(RuntimeError):
-    """The model or tokenizer cannot be found or loaded; the message says how to fix it."""
 
 
 def quiet_transformers() -> None:

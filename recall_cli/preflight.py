@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 import torch
 
+from .errors import PreflightError  # noqa: F401 - raised here, importable from here
+
 from .model import head_is_new, is_trained_classifier, load_config
 from .recipe import Recipe
 
@@ -46,9 +48,6 @@ BYTES_PER_TOKEN = 300
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
                      "roberta-prelayernorm", "mpnet", "ibert")
 
-
-class PreflightError(ValueError):
-    """A run that cannot work, found before its first step; the message names the problem and the fix."""
 
 
 @dataclass(frozen=True)

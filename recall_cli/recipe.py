@@ -17,16 +17,10 @@ from typing import Any, Literal
 
 import yaml
 
+from .errors import RecipeError  # noqa: F401 - raised here, importable from here
+
 GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
-
-class RecipeError(ValueError):
-    """A recipe that cannot run; ``problems`` holds one line per problem."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        super().__init__(f"{source}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)

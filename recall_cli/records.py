@@ -24,15 +24,13 @@ from typing import Any
 import yaml
 
 from . import checkpoint
+from .errors import RecordError  # noqa: F401 - raised here, importable from here
 
 RECORD_SECTION = checkpoint.RECORD_SECTION
 # Record keys that name files: they differ per seed and must not split a setting into one row per run
 # (report.NOT_SETTINGS takes them from here).
 RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
-
-class RecordError(ValueError):
-    """A record that cannot be written as asked; the message is one line saying what to change."""
 
 
 def _source_of(path: Path) -> tuple[Path, Path | None, dict[str, Any] | None]:

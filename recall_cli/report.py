@@ -23,6 +23,7 @@ from typing import Any, Callable
 import yaml
 
 from .records import RECORD_PATH_KEYS
+from .errors import ReportError  # noqa: F401 - raised here, importable from here
 
 FORMATS = ("table", "markdown", "csv", "json")
 PRESETS = ("init", "k", "main")
@@ -62,9 +63,6 @@ LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 METHOD_NAMES = {"adamw": "vanilla fine-tuning", "recadam": "RecAdam", "adam_coupled": "Adam coupled"}
 INIT_NAMES = {"pretrained": "PI", "random": "RI"}
 
-
-class ReportError(ValueError):
-    """Nothing to report as asked; the message is one line saying what to change."""
 
 
 # ---- runs ----------------------------------------------------------------------------------------

@@ -14,9 +14,8 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from .errors import DeviceError  # noqa: F401 - raised here, importable from here
 
-class DeviceError(ValueError):
-    """The recipe asks for a device or precision this machine does not have; the message says what to set."""
 
 
 def resolve_device(name: str, local_rank: int | None = None) -> torch.device:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import SweepError  # noqa: F401 - raised here, importable from here
 from .recipe import RecipeError, TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
 
 INDEX_FILE = "sweep.json"
@@ -52,9 +53,6 @@ VALUE_ONLY_KEYS = {"model.init", "optimizer.name", "task.name", "optimizer.annea
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
 STOPPED_CODES = (130, 143)  # finetune after Ctrl-C, and after SIGTERM (it saves last/ first)
 
-
-class SweepError(ValueError):
-    """A sweep that cannot start as asked; the message is one line saying what to change."""
 
 
 class Terminated(KeyboardInterrupt):

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import __version__, checkpoint, data, preflight
+from .errors import Preempted, TrainingDiverged
 from .distributed import Distributed, SigtermFlag, shard
 from .evaluate import score
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
@@ -29,26 +30,6 @@ from .probes.runner import load_inputs as probe_inputs, prober_for_run, record_a
 from .recipe import Recipe, dump_recipe, schedule_warnings
 from .runtime import DeviceError, autocast_for, choose_precision, precision_of_saved_run, resolve_device, resolve_precision, seed_everything  # noqa: F401 - re-exported
 from .schedule import linear_warmup_decay
-
-
-class TrainingDiverged(RuntimeError):
-    def __init__(self, step: int, loss: float):
-        self.step, self.loss = step, loss
-        super().__init__(
-            f"training diverged: the loss became {loss} at step {step} (lower optimizer.lr, "
-            "use train.precision=fp32 or bf16, or check the data)"
-        )
-
-
-class Preempted(RuntimeError):
-    """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""
-
-    def __init__(self, step: int, run_dir: Path):
-        self.step, self.run_dir = step, run_dir
-        super().__init__(
-            f"stopped by SIGTERM after step {step}; last/ holds a complete checkpoint: continue with "
-            f"recall finetune --resume {run_dir}"
-        )
 
 
 class Reporter:

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 
 from .. import checkpoint
+from ..errors import MergeError  # noqa: F401 - raised here, importable from here
 from ..model import ModelLoadError, resolve_name_or_path
 
 WEIGHTS_FILE = "model.safetensors"
@@ -33,9 +34,6 @@ _SHARED_LAYER_TYPES = {"albert"}
 _BUFFERS = ("position_ids",)
 _BLOCK = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 
-
-class MergeError(ValueError):
-    """The models cannot be merged as asked; the message says why and what to do."""
 
 
 @dataclass

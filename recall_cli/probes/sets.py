@@ -16,16 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import DataError
+from ..errors import ProbeError  # noqa: F401 - raised here, importable from here
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_TEXTS = DATA / "probe" / "texts.txt"
 DEFAULT_PAIRS = DATA / "glue" / "STS-B" / "dev.tsv"
 SAMPLE_SEED = 0  # which pairs a sample of n takes: fixed, so every run of a study reads the same ones
 
-
-class ProbeError(DataError):
-    """A probe file or probe request that cannot work; the message names the file or option and the fix."""
 
 
 @dataclass(frozen=True)

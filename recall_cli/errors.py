@@ -1,0 +1,120 @@
+"""Every error recall reports to a person, and the one table from error to exit code.
+
+A library module raises one of these with a message that is one line: what is wrong, where, and the
+fix. The CLI (cli_common.run_guarded) prints it and exits with the code the table gives; anything
+else is a bug and exits 1 with its type named (RECALL_DEBUG=1 shows the traceback). Each class keeps
+the builtin base it had before this module existed (ValueError or RuntimeError), so callers that
+catch those still do.
+
+Torch-free and import-free: every module may import it, and `recall --help` stays fast.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # a bug: an error recall did not expect
+EXIT_USAGE = 2  # bad usage, recipe, data, model, run directory or record: nothing was written
+EXIT_DIVERGED = 3  # the loss became NaN/inf
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+# 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
+EXIT_PREEMPTED = 143
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
+    "3 training diverged (NaN/inf loss); 130 interrupted; 143 stopped by SIGTERM after saving last/ "
+    "(continue with --resume). RECALL_DEBUG=1 shows tracebacks."
+)
+
+
+class RecallError(Exception):
+    """A problem the user can fix. ``str(error)`` is the line printed after ``error:``."""
+
+    exit_code = EXIT_USAGE
+    prefix = "error: "  # a pre-emption is not an error: it prints its own line
+
+    def lines(self) -> list[str]:
+        return [f"{self.prefix}{self}"]
+
+
+class RecipeError(RecallError, ValueError):
+    """A recipe that cannot run; ``problems`` holds one line per problem, all reported at once."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+    def lines(self) -> list[str]:
+        count = len(self.problems)
+        return [f"error: {self.source}: {count} problem{'s' if count > 1 else ''} in the recipe:",
+                *(f"  - {p}" for p in self.problems)]
+
+
+class DataError(RecallError, ValueError):
+    """A problem with the user's data: the message names the file, the line and the fix."""
+
+
+class ProbeError(DataError):
+    """A probe file or probe request that cannot work; the message names the file or option and the fix."""
+
+
+class ModelLoadError(RecallError, RuntimeError):
+    """The model or tokenizer cannot be found or loaded; the message says how to fix it."""
+
+
+class PreflightError(RecallError, ValueError):
+    """A run that cannot work, found before its first step; the message names the problem and the fix."""
+
+
+class DeviceError(RecallError, ValueError):
+    """The recipe asks for a device or precision this machine does not have; the message says what to set."""
+
+
+class RunDirError(RecallError, RuntimeError):
+    """A run directory, checkpoint or output folder that cannot be used as asked; the message says what to do."""
+
+
+class RecordError(RecallError, ValueError):
+    """A scored record that cannot be written as asked; the message says what to change."""
+
+
+class MergeError(RecallError, ValueError):
+    """The models cannot be merged as asked; the message says why and what to do."""
+
+
+class ReportError(RecallError, ValueError):
+    """Nothing to report as asked; the message says what to change."""
+
+
+class SweepError(RecallError, ValueError):
+    """A sweep that cannot start as asked; the message says what to change."""
+
+
+class TrainingDiverged(RecallError, RuntimeError):
+    exit_code = EXIT_DIVERGED
+
+    def __init__(self, step: int, loss: float):
+        self.step, self.loss = step, loss
+        super().__init__(
+            f"training diverged: the loss became {loss} at step {step} (lower optimizer.lr, "
+            "use train.precision=fp32 or bf16, or check the data)"
+        )
+
+
+class Preempted(RecallError, RuntimeError):
+    """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""
+
+    exit_code = EXIT_PREEMPTED
+    prefix = ""
+
+    def __init__(self, step: int, run_dir):
+        self.step, self.run_dir = step, run_dir
+        super().__init__(
+            f"stopped by SIGTERM after step {step}; last/ holds a complete checkpoint: continue with "
+            f"recall finetune --resume {run_dir}"
+        )
+
+
+def exit_code_of(error: BaseException) -> int | None:
+    """The exit code of an error recall knows, or None for a bug."""
+    return error.exit_code if isinstance(error, RecallError) else None
