@@ -1,6 +1,6 @@
 """`recall probe`: what a fine-tuned model still knows, and `recall tradeoff`: task score against it.
 
-Thin like cli.py: parse, call recall_cli.probes (measurement) or probe_report/probe_plots (reading
+Thin like cli.py: parse, call recall_cli.probes (measurement) or report/probe_tables, probe_plots (reading
 and drawing run directories), print. Library imports stay inside the commands for a fast --help.
 """
 
@@ -52,7 +52,7 @@ def probe(
             typer.echo(json.dumps(rows, indent=2))
             return
         from .console import out_console
-        from .probe_report import probe_table
+        from .report.probe_tables import probe_table
 
         out_console.print(probe_table(rows))
         for note in dict.fromkeys(n for r in rows for n in r["notes"]):
@@ -73,8 +73,8 @@ def tradeoff(
 
     def go() -> None:
         from . import report
-        from .probe_plots import tradeoff_figure
-        from .probe_report import tradeoff_points
+        from .report.probe_plots import tradeoff_figure
+        from .report.probe_tables import tradeoff_points
 
         runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
         settings = tradeoff_points(runs, x, y, list(by or []))

@@ -1,6 +1,6 @@
 """`recall sweep`, `recall forgetting`, `recall compare`: many runs at once, and what to read from them.
 
-Thin like cli.py: parse the arguments, call sweep.py / report.py / plots.py, and let run_guarded turn
+Thin like cli.py: parse the arguments, call sweep.py / report/ (tables, figures), and let run_guarded turn
 known errors into one line. The library modules are imported inside the commands so that
 `recall --help` does not pay for torch or matplotlib.
 """
@@ -104,20 +104,19 @@ def forgetting(
         import json
 
         from . import report
-        from .plots import forgetting_figure
-
-        from . import probe_report
-        from .probe_plots import probe_figure
+        from .report import probe_tables
+        from .report.plots import forgetting_figure
+        from .report.probe_plots import probe_figure
 
         runs = report.load_runs(run_dir, warn=_warn)
         groups = report.forgetting_groups(runs, label)
         # Runs with probe records get a second figure beside the first: forgetting in function space.
-        probes_out = out.with_name(f"{out.stem}_probes{out.suffix}") if probe_report.has_probes(runs) else None
+        probes_out = out.with_name(f"{out.stem}_probes{out.suffix}") if probe_tables.has_probes(runs) else None
         forgetting_figure(groups, out, dpi=dpi)
         if probes_out is not None:
             probe_figure(groups, probes_out, dpi=dpi)
         rows = report.forgetting_rows(runs, groups)
-        probe_rows = probe_report.probe_rows(groups)
+        probe_rows = probe_tables.probe_rows(groups)
         if as_json:
             by_run = {r["run"]: r for r in probe_rows}
             for row in rows:
@@ -129,7 +128,7 @@ def forgetting(
 
             out_console.print(report.forgetting_table(rows))
             if probe_rows:
-                out_console.print(probe_report.probe_rows_table(probe_rows))
+                out_console.print(probe_tables.probe_rows_table(probe_rows))
         typer.echo(f"figure: {out}", err=as_json)
         if probes_out is not None:
             typer.echo(f"figure: {probes_out}", err=as_json)

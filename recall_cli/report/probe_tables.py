@@ -1,7 +1,7 @@
 """Reading the probe records of run directories: curves, final per-layer CKA, tables, trade-off points.
 
-Kept out of report.py (already several jobs): this module reads what recall_cli/probes wrote to
-metrics.jsonl (``split: "probe"``); probe_plots.py draws it. Runs without probe records (written
+This module reads what recall_cli/probes wrote to metrics.jsonl (``split: "probe"``); probe_plots.py
+draws it. Runs without probe records (written
 before probes existed, or with probe.enabled false) simply have nothing here.
 """
 
@@ -12,7 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .report import CurveGroup, ReportError, Run, _finite, _key, differing_keys, group_label, resolve_key
+from ..errors import ReportError
+from .comparison import group_label
+from .curves import CurveGroup
+from .runs import Run, _finite, _key, differing_keys, resolve_key
 
 # The retained-skill curve: STS where the runs measured it, else the MLM loss ratio.
 SKILL_FIELDS = ("sts_retained", "mlm_ratio")

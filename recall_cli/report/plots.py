@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .report import CurveGroup, ReportError, TASK_TITLES
+from ..errors import ReportError
+from .comparison import TASK_TITLES
+from .curves import CurveGroup
 
 FIGURE_INCHES = (13.0, 4.0)
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ReportError
+from .comparison import TASK_TITLES
+from .curves import CurveGroup
 from .plots import FORMATS, _figure_title, _pyplot, save_figure
-from .probe_report import SKILL_TITLES, final_layers, skill_field
-from .report import TASK_TITLES, CurveGroup, ReportError
+from .probe_tables import SKILL_TITLES, final_layers, skill_field
 
 
 def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:

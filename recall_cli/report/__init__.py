@@ -1,0 +1,73 @@
+"""Reports from run directories: `recall compare`, `recall forgetting`, `recall probe` tables and figures.
+
+One room per job, arrows pointing down (each module imports only those below it):
+
+    runs.py          read run directories back (Run, read_run, load_runs), resolve keys, filter, differing keys
+    comparison.py    group runs by setting and aggregate over seeds: the paper's tables (Comparison)
+    tables.py        render a Comparison: rich table, markdown, CSV, JSON, its title and notes
+    curves.py        forgetting curves: runs grouped by setting, per-run distance rows and their table
+    probe_tables.py  probe records: per-run rows, `recall probe`'s table, trade-off points
+    plots.py         the forgetting figure (matplotlib, Agg)
+    probe_plots.py   the probe and trade-off figures
+
+This module re-exports what the CLI and scripts use, so ``from recall_cli import report`` then
+``report.load_runs`` keeps working; the figures and probe tables (numpy, matplotlib) are imported
+from their own modules, so reading runs stays light.
+"""
+
+from __future__ import annotations
+
+from ..errors import ReportError
+from .comparison import (
+    AT,
+    GLUE_TRAIN_SIZES,
+    INIT_NAMES,
+    METHOD_NAMES,
+    PRESETS,
+    RUN_MEASURES,
+    SMALL_TASK_LIMIT,
+    STATS,
+    TASK_TITLES,
+    Cell,
+    Comparison,
+    Group,
+    compare,
+    constant_prediction,
+    dev_label_shares,
+    group_label,
+)
+from .curves import CurveGroup, forgetting_groups, forgetting_rows, forgetting_table
+from .runs import (
+    LABEL_NAMES,
+    NOT_SETTINGS,
+    RECADAM_ONLY_KEYS,
+    SHORT_KEYS,
+    Run,
+    differing_keys,
+    filter_runs,
+    load_runs,
+    read_run,
+    resolve_key,
+)
+from .tables import (
+    FORMATS,
+    LOWER_IS_BETTER,
+    PROBE_MEASURES,
+    RAW_MEASURES,
+    markdown,
+    notes,
+    render,
+    rich_table,
+    title,
+    to_csv,
+    to_records,
+)
+
+__all__ = [
+    "AT", "FORMATS", "GLUE_TRAIN_SIZES", "INIT_NAMES", "LABEL_NAMES", "LOWER_IS_BETTER", "METHOD_NAMES",
+    "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RECADAM_ONLY_KEYS", "RUN_MEASURES",
+    "SHORT_KEYS", "SMALL_TASK_LIMIT", "STATS", "TASK_TITLES", "Cell", "Comparison", "CurveGroup", "Group",
+    "ReportError", "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",
+    "forgetting_groups", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",
+    "read_run", "render", "resolve_key", "rich_table", "title", "to_csv", "to_records",
+]

@@ -1,0 +1,276 @@
+"""Grouping runs by the settings that differ and aggregating over seeds: the numbers of the paper's tables.
+
+The paper reports, per task, the median and the maximum over 5 seeds of the dev metric, and averages
+over all tasks and over the tasks with fewer / more than 10k training examples (Tables 1 and 2). This
+module computes those numbers from runs read by runs.py; tables.py renders them as a rich table,
+markdown, CSV or JSON. Runs that should not be averaged silently are flagged: a NaN metric, constant
+predictions (MCC 0 on CoLA, accuracy equal to one class's share of the dev set), a run that did not finish.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReportError
+from .runs import LABEL_NAMES, RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
+
+PRESETS = ("init", "k", "main")
+AT = ("final", "best")
+
+# GLUE training-set sizes; the paper averages over tasks below and above 10k examples.
+GLUE_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846,
+                    "mnli": 392702, "qnli": 104743, "rte": 2490, "wnli": 635}
+SMALL_TASK_LIMIT = 10_000
+TASK_TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP",
+               "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+# Run measures beside an eval record (Run.eval_at): ||theta - theta*|| at that step, and the run's training time.
+RUN_MEASURES = ("distance", "train_seconds")
+STATS = ("median", "min", "max", "mean")
+METHOD_NAMES = {"adamw": "vanilla fine-tuning", "recadam": "RecAdam", "adam_coupled": "Adam coupled"}
+INIT_NAMES = {"pretrained": "PI", "random": "RI"}
+
+
+@dataclass
+class Cell:
+    """One (group, task): the metric over the group's seeds."""
+
+    task: str
+    values: list[float]
+    runs: list[str]
+    flagged: list[dict[str, str]] = field(default_factory=list)
+    # --table main: the setting chosen on dev for this (group, task), out of `candidates` settings.
+    selected: dict[str, Any] | None = None
+    candidates: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def stat(self, name: str) -> float | None:
+        import numpy as np
+
+        if not self.values:
+            return None
+        v = np.asarray(self.values, dtype=np.float64)
+        if name == "median":
+            return float(np.median(v))
+        if name == "max":
+            return float(v.max())
+        if name == "min":
+            return float(v.min())
+        if name == "mean":
+            return float(v.mean())
+        if name == "std":
+            return float(v.std(ddof=1)) if len(v) > 1 else None
+        raise KeyError(name)
+
+
+@dataclass
+class Group:
+    label: str
+    settings: dict[str, Any]  # the grouping keys and their values
+    cells: dict[str, Cell]  # task -> cell
+
+
+@dataclass
+class Comparison:
+    metric: str
+    at: str
+    keys: list[str]
+    tasks: list[str]
+    groups: list[Group]
+    stats: list[str]  # rows per group in the wide table
+    averages: list[tuple[str, list[str]]]  # (column title, tasks averaged)
+    preset: str | None = None
+
+    def average(self, group: Group, stat: str, tasks: list[str]) -> float | None:
+        values = [group.cells[t].stat(stat) if t in group.cells else None for t in tasks]
+        if not values or any(v is None for v in values):
+            return None
+        return sum(values) / len(values)
+
+
+def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", preset: str | None = None,
+            at: str = "final", stats: list[str] | None = None) -> Comparison:
+    if preset is not None and preset not in PRESETS:
+        raise ReportError(f"unknown --table {preset!r}: choose init (Table 2), k (the k ablation) or main (Table 1)")
+    if at not in AT:
+        raise ReportError(f"unknown --at {at!r}: choose final or best")
+    by = [k.strip() for item in (by or []) for k in item.split(",") if k.strip()]
+    if by and preset:
+        raise ReportError("give either --by or --table, not both")
+    names = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
+                    if k not in ("step", "split") and not isinstance(v, list)}
+                   | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
+    bad = [s for s in (stats or []) if s not in STATS]
+    if bad:
+        raise ReportError(f"unknown --stats {bad[0]!r}: choose from {', '.join(STATS)} (e.g. --stats median,min,max)")
+    if metric not in names:
+        raise ReportError(f"unknown --metric {metric!r}: these runs record {', '.join(names) or 'no eval metrics'}")
+
+    differing = differing_keys(runs)
+    if by:
+        keys = [resolve_key(k) for k in by]
+        if "task.name" in keys:
+            raise ReportError("tasks are the columns of the table: --by task.name is not needed")
+    elif preset == "init":
+        keys = ["optimizer.name", "model.init"]
+    elif preset == "k":
+        keys = ["optimizer.name", "optimizer.anneal_k"]
+    elif preset == "main":
+        keys = ["optimizer.name"] + [k for k in ("model.init",) if k in differing]
+    else:
+        keys = list(differing)
+    # Table 1 (--table main) selects, per method and task, the setting with the best median on dev,
+    # as the paper selects t0 and k; the other presets never pool different settings silently:
+    # whatever else differs splits the rows too.
+    select = [k for k in differing if k not in keys] if preset == "main" else []
+    if preset and not select:
+        keys += [k for k in differing if k not in keys]
+
+    groups: dict[str, Group] = {}
+    candidates: dict[tuple[str, str], dict[str, Cell]] = {}
+    for run in runs:
+        settings = {k: run.settings.get(k) for k in keys}
+        gid = _key(settings)
+        if gid not in groups:
+            groups[gid] = Group(group_label(settings, preset), settings, {})
+        if select:
+            vanilla = run.settings.get("optimizer.name") == "adamw"
+            chosen = {k: run.settings.get(k) for k in select if not (vanilla and k in RECADAM_ONLY_KEYS)}
+            per_setting = candidates.setdefault((gid, run.task), {})
+            cell = per_setting.setdefault(_key(chosen), Cell(run.task, [], [], selected=chosen))
+        else:
+            cell = groups[gid].cells.setdefault(run.task, Cell(run.task, [], []))
+        _add_run(cell, run, metric, at)
+    for (gid, task), per_setting in candidates.items():
+        scored = [(cell.stat("median"), cell) for cell in per_setting.values()]
+        usable = [item for item in scored if item[0] is not None]
+        best = max(usable, key=lambda item: item[0])[1] if usable else scored[0][1]
+        best.candidates = len(per_setting)
+        groups[gid].cells[task] = best
+    ordered = sorted(groups.values(), key=lambda g: [_sort_key(k, g.settings.get(k)) for k in keys])
+
+    order = list(TASK_TITLES)  # the paper's column order: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE
+    tasks = sorted({run.task for run in runs}, key=lambda t: (order.index(t) if t in order else len(order), t))
+    averages: list[tuple[str, list[str]]] = []
+    if len(tasks) > 1:
+        averages.append(("Avg", tasks))
+        small = [t for t in tasks if GLUE_TRAIN_SIZES.get(t, math.inf) < SMALL_TASK_LIMIT]
+        large = [t for t in tasks if SMALL_TASK_LIMIT < GLUE_TRAIN_SIZES.get(t, -1)]
+        if small and large:
+            averages += [("Avg <10k", small), ("Avg >10k", large)]
+    if not stats:
+        stats = ["median", "max"] if preset else ["median", "max", "mean"]
+    return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset)
+
+
+def _sort_key(key: str, value: Any) -> tuple:
+    order = {"optimizer.name": ["adamw", "recadam", "adam_coupled"], "model.init": ["pretrained", "random"]}
+    if key in order and value in order[key]:
+        return (0, order[key].index(value), "")
+    if value is None:
+        return (-1, 0, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (1, value, "")
+    return (2, 0, str(value))
+
+
+def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
+    """'vanilla fine-tuning', 'RecAdam + RI, k=0.1', 'k=0.05, t0=250' — what a reader of the paper calls them."""
+    parts: list[str] = []
+    name = settings.get("optimizer.name")
+    if "optimizer.name" in settings or "model.init" in settings:
+        if name == "adamw":
+            parts.append(METHOD_NAMES["adamw"])
+        else:
+            method = METHOD_NAMES.get(name, str(name)) if "optimizer.name" in settings else "RecAdam"
+            if preset == "init" or "model.init" in settings:
+                method += f" + {INIT_NAMES.get(settings.get('model.init'), settings.get('model.init'))}"
+            parts.append(method)
+    for key, value in settings.items():
+        if key in ("optimizer.name", "model.init") or (value is None and (name == "adamw" or key.startswith("record."))):
+            continue
+        parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
+    return ", ".join(parts) or "all runs"
+
+
+def _fmt_setting(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):  # merge weights: 0.333333 reads as 0.333
+        return ",".join(f"{v:.3g}" if isinstance(v, float) else _fmt_setting(v) for v in value)
+    if isinstance(value, str) and "/" in value:
+        return value.rstrip("/").rsplit("/", 1)[-1]
+    return str(value)
+
+
+def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
+    """Add one run's value to the cell, or flag why it is left out (or kept but suspicious)."""
+
+    def flag(reason: str) -> None:
+        cell.flagged.append({"run": str(run.path), "reason": reason})
+
+    record = run.eval_at(at)
+    if not run.finished:
+        steps = (run.summary or {}).get("steps") or max((r["step"] for r in run.records), default=0)
+        flag(f"did not finish (stopped at step {steps}): left out")
+        return
+    if record is None:
+        flag("no eval record: left out")
+        return
+    if metric not in record:
+        return  # this task has no such metric (f1 on RTE): not a problem of the run
+    value = record[metric]
+    if not _finite(value):
+        why = " (constant predictions)" if run.task == "stsb" or metric in ("pearson", "spearman") else ""
+        flag(f"{metric} is {value}{why}: left out")
+        return
+    constant = constant_prediction(run, record)
+    if constant:
+        flag(constant + ": kept")
+    cell.values.append(float(value))
+    cell.runs.append(str(run.path))
+
+
+_DEV_SHARES: dict[str, dict[Any, float] | None] = {}
+
+
+def dev_label_shares(settings: dict[str, Any]) -> dict[Any, float] | None:
+    """Each class's share of the dev examples the run scored, from a local copy of the data only."""
+    task = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("task.")}
+    cache = _key(task)
+    if cache in _DEV_SHARES:
+        return _DEV_SHARES[cache]
+    shares = None
+    local = task.get("data_dir") or task.get("dev_file")
+    if local and Path(local).exists():
+        try:
+            from .. import data
+            from ..recipe import TaskConfig
+
+            labels = list(data.load_split(TaskConfig(**task), "dev", task.get("max_eval_examples")).labels)
+            if labels and all(isinstance(x, int) for x in labels):
+                shares = {label: count / len(labels) for label, count in Counter(labels).items()}
+        except Exception:  # noqa: BLE001 - the check is a hint; unreadable data just skips it
+            shares = None
+    _DEV_SHARES[cache] = shares
+    return shares
+
+
+def constant_prediction(run: Run, record: dict[str, Any]) -> str | None:
+    """Why ``record`` looks like a model that predicts one class for everything, or None."""
+    if run.task == "cola" and record.get("mcc") == 0.0:
+        return "MCC 0 (constant predictions?)"
+    accuracy = record.get("accuracy")
+    if not _finite(accuracy):
+        return None
+    shares = dev_label_shares(run.settings)
+    for label, share in (shares or {}).items():
+        if abs(accuracy - share) < 1e-9:
+            return f"accuracy {accuracy:.4f} = share of class {label} in dev (constant predictions?)"
+    return None

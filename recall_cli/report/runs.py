@@ -1,0 +1,215 @@
+"""Reading run directories back: find them, read each run's recipe, metrics and summary, pick runs.
+
+A run directory holds config.yaml, metrics.jsonl and summary.json (README: the run directory). A
+``Run`` is one of them read back, its recipe flattened to dotted keys; ``read_run`` is the one place
+that reads a run, ``load_runs`` finds every run under a folder. ``differing_keys`` names the settings
+that take two or more values among runs of one task: what comparison.py groups by.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..errors import ReportError  # noqa: F401 - raised here, importable from here
+from ..records import RECORD_PATH_KEYS
+
+# Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
+RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
+                     "optimizer.anneal_w", "optimizer.pretrain_cof")
+# Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
+# probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
+NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
+                "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code",
+                *RECORD_PATH_KEYS}  # a scored record's file names: they differ per seed
+SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "optimizer.anneal_w",
+              "lr": "optimizer.lr", "cof": "optimizer.pretrain_cof", "init": "model.init",
+              "optimizer": "optimizer.name", "seed": "train.seed", "steps": "train.max_steps",
+              "model": "model.name_or_path", "anneal_fun": "optimizer.anneal_fun",
+              "merge": "record.merge", "weights": "record.weights", "with": "record.with",
+              "tau": "record.temperature", "gamma": "record.gamma_rule"}
+LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
+
+
+@dataclass
+class Run:
+    path: Path
+    name: str  # path relative to the folder searched
+    settings: dict[str, Any]  # the recipe as dotted keys; RecAdam-only keys None for adamw
+    summary: dict[str, Any] | None
+    records: list[dict[str, Any]]
+
+    @property
+    def task(self) -> str:
+        return str(self.settings.get("task.name"))
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.summary and self.summary.get("finished"))
+
+    @property
+    def train(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("split") == "train"]
+
+    @property
+    def evals(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("split") == "eval"]
+
+    @property
+    def probes(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("split") == "probe"]
+
+    def eval_at(self, at: str) -> dict[str, Any] | None:
+        """The final or best eval record, with the scalar probe measures taken at the same step, the
+        distance to theta* logged at that step (a record's eval carries its own) and the run's training time."""
+        evals = self.evals
+        if not evals:
+            return None
+        if at == "best":
+            finite = [r for r in evals if _finite(r.get("main"))]
+            record = max(finite, key=lambda r: r["main"]) if finite else evals[-1]
+        else:
+            record = evals[-1]
+        extra: dict[str, Any] = {}
+        logged = [r for r in self.train if r["step"] <= record["step"] and _finite(r.get("distance"))]
+        if logged:
+            extra["distance"] = logged[-1]["distance"]
+        if self.summary and _finite(self.summary.get("final_distance")) and record is evals[-1] and self.finished:
+            extra["distance"] = self.summary["final_distance"]
+        if self.summary and _finite(self.summary.get("train_seconds")):
+            extra["train_seconds"] = self.summary["train_seconds"]
+        probe = next((p for p in self.probes if p["step"] == record["step"]), None)
+        if probe is not None:
+            extra.update({k: v for k, v in probe.items() if not isinstance(v, list)})
+        return {**extra, **record}
+
+
+def read_run(path: Path, name: str) -> Run:
+    from ..checkpoint import CONFIG_FILE, SUMMARY_FILE, read_metrics
+    from ..recipe import flatten
+
+    config = yaml.safe_load((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise ValueError("config.yaml is not a mapping")
+    settings = flatten(config)
+    if settings.get("optimizer.name") == "adamw":
+        settings.update(dict.fromkeys(RECADAM_ONLY_KEYS))
+    summary = None
+    if (path / SUMMARY_FILE).is_file():
+        try:
+            summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            summary = None
+    return Run(path, name, settings, summary, read_metrics(path))
+
+
+def load_runs(root: Path, warn: Callable[[str], None] = lambda message: None) -> list[Run]:
+    """Every run directory at or under ``root``; other folders are named in a warning and skipped."""
+    from ..checkpoint import is_run_dir
+
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder: give a run directory or a folder of run directories")
+    found: list[Path] = []
+
+    def walk(folder: Path) -> bool:
+        any_run = False
+        for child in sorted(p for p in folder.iterdir() if p.is_dir()):
+            if child.name.startswith("."):
+                continue  # staging folders, hidden tool folders
+            if is_run_dir(child):
+                found.append(child)
+                any_run = True
+            elif walk(child):
+                any_run = True
+            elif not (child.name == "logs" and (folder / "sweep.json").is_file()):
+                warn(f"{child} is not a recall run directory (no config.yaml and metrics.jsonl): skipped")
+        return any_run
+
+    if is_run_dir(root):
+        found.append(root)
+    else:
+        walk(root)
+    runs = []
+    for path in found:
+        name = path.name if path == root else str(path.relative_to(root))
+        try:
+            runs.append(read_run(path, name))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            warn(f"{path}: cannot read the run ({exc}): skipped")
+    if not runs:
+        raise ReportError(f"no recall run directories under {root} (a run directory holds config.yaml and "
+                          "metrics.jsonl, as recall finetune writes them)")
+    return runs
+
+
+def resolve_key(key: str) -> str:
+    """'k' -> 'optimizer.anneal_k'; a dotted recipe key stays; anything else is an error with a hint."""
+    from ..recipe import all_keys
+
+    key = SHORT_KEYS.get(key, key)
+    valid = all_keys()
+    if key not in valid and not key.startswith("record."):  # a scored record's settings (records.py)
+        close = difflib.get_close_matches(key, valid + list(SHORT_KEYS), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else " (a dotted recipe key such as optimizer.anneal_k, or k, t0, init, optimizer, lr)"
+        raise ReportError(f"unknown key '{key}'{hint}")
+    return key
+
+
+def filter_runs(runs: list[Run], where: list[str]) -> list[Run]:
+    from ..recipe import parse_override
+
+    for text in where:
+        try:
+            key, value = parse_override(text)
+        except ValueError:
+            raise ReportError(f"--where {text!r} is not KEY=VALUE (e.g. --where model.init=pretrained)") from None
+        key = resolve_key(key)
+        runs = [r for r in runs if _same(r.settings.get(key), value)]
+        if not runs:
+            raise ReportError(f"no runs with {key}={value}")
+    return runs
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def differing_keys(runs: list[Run]) -> list[str]:
+    """Settings that take two or more values among the runs of one task (the task's own data paths
+    and per-task hyperparameters are not settings to compare), in recipe order."""
+    by_task: dict[str, list[Run]] = {}
+    for run in runs:
+        by_task.setdefault(run.task, []).append(run)
+    keys: list[str] = []
+    for run in runs:
+        for key in run.settings:
+            if key in keys or key in NOT_SETTINGS or key == "task.name" or key.startswith("probe."):
+                continue
+            if any(len(_values(group, key)) > 1 for group in by_task.values()):
+                keys.append(key)
+    return keys
+
+
+def _values(runs: list[Run], key: str) -> set[str]:
+    # adamw's blank RecAdam-only keys are not a second value: vanilla runs do not split a k sweep.
+    return {_key(r.settings.get(key)) for r in runs
+            if not (key in RECADAM_ONLY_KEYS and r.settings.get("optimizer.name") == "adamw")}
+
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
