@@ -76,7 +76,7 @@ def finetune(
             config = resume / "config.yaml"
             if not config.is_file():
                 fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
-            from .checkpoint import no_checkpoint_message, scored_record
+            from .rundir import no_checkpoint_message, scored_record
 
             if scored_record(resume) is not None:
                 fail(no_checkpoint_message(resume) + "; a record cannot be resumed", EXIT_USAGE)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Column
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .train import Reporter
+from .progress import Reporter
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)

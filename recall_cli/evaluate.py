@@ -92,29 +92,15 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """Score a run directory's best/ (else last/) checkpoint, or a checkpoint folder, with the run's
     tokenization and eval batch size, so that the numbers agree with the ones the run recorded."""
-    from . import checkpoint, data
+    from . import data
     from .model import load_checkpoint_model, load_tokenizer
     from .recipe import TaskConfig, read_yaml, recipe_from_dict
+    from .rundir import locate
     from .runtime import autocast_for, resolve_device, resolve_precision
 
-    path = Path(path)
-    if not path.exists():
-        raise data.DataError(f"{path}: no such run directory or checkpoint folder (check the path)")
-    folder, run_dir = path, None
-    if (path / checkpoint.CONFIG_FILE).is_file():
-        run_dir = path
-        folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
-        if folder is None:
-            raise data.DataError(checkpoint.no_checkpoint_message(path))
-    elif (path.parent / checkpoint.CONFIG_FILE).is_file():
-        run_dir = path.parent
-    if not (folder / "config.json").is_file():
-        raise data.DataError(f"{folder}: not a checkpoint folder (no config.json)")
-
-    recipe = None
-    config = run_dir / checkpoint.CONFIG_FILE if run_dir is not None else folder / checkpoint.SOURCE_RECIPE_FILE
-    if config.is_file():
-        recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False)
+    located = locate(path)
+    folder, config = located.folder, located.recipe_file
+    recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
     if recipe is None and task is None:
         raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
     task_cfg = recipe.task if recipe else TaskConfig(name=task)

@@ -14,52 +14,26 @@ ones that name files (`record.checkpoint`, `record.models`), which differ from s
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import checkpoint
+from . import rundir
 from .errors import RecordError  # noqa: F401 - raised here, importable from here
-
-RECORD_SECTION = checkpoint.RECORD_SECTION
+from .rundir import RECORD_SECTION, Located, Summary
 # Record keys that name files: they differ per seed and must not split a setting into one row per run
 # (report.NOT_SETTINGS takes them from here).
 RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
 
-def _source_of(path: Path) -> tuple[Path, Path | None, dict[str, Any] | None]:
-    """(checkpoint folder, run directory or None, merge.json of the merge that wrote it or None)."""
-    if (path / checkpoint.CONFIG_FILE).is_file():
-        folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
-        if folder is None:
-            raise RecordError(checkpoint.no_checkpoint_message(path))
-        return folder, path, None
-    if not (path / "config.json").is_file():
-        raise RecordError(f"{path}: not a run directory or checkpoint folder (no config.yaml, no config.json)")
-    if (path.parent / checkpoint.CONFIG_FILE).is_file():
-        return path, path.parent, None
-    merge_file = path.parent / "merge.json"
-    merge = None
-    if merge_file.is_file():
-        try:
-            merge = json.loads(merge_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"{merge_file} is not valid JSON ({exc.msg}, line {exc.lineno}): is the merge complete?") from None
-    return path, None, merge
-
-
-def _recipe_dict(folder: Path, run_dir: Path | None) -> dict[str, Any]:
+def _recipe_dict(source: Located) -> dict[str, Any]:
     from .recipe import read_yaml
 
-    config = run_dir / checkpoint.CONFIG_FILE if run_dir is not None else folder / checkpoint.SOURCE_RECIPE_FILE
-    if not config.is_file():
-        raise RecordError(f"{folder}: no recipe says which task its head was trained on (no {checkpoint.SOURCE_RECIPE_FILE}): "
+    config = source.recipe_file
+    if config is None or not config.is_file():
+        raise RecordError(f"{source.folder}: no recipe says which task its head was trained on (no {rundir.SOURCE_RECIPE_FILE}): "
                           "record checkpoints that recall finetune or recall merge wrote")
     raw = read_yaml(config)
     raw.pop(RECORD_SECTION, None)
@@ -102,7 +76,7 @@ def _kind_of(item: dict[str, Any]) -> str:
     if not item.get("task"):
         return "pretrained"
     model = Path(str(item.get("model") or ""))
-    for config in (model / checkpoint.CONFIG_FILE, model.parent / checkpoint.CONFIG_FILE, model / checkpoint.SOURCE_RECIPE_FILE):
+    for config in (model / rundir.CONFIG_FILE, model.parent / rundir.CONFIG_FILE, model / rundir.SOURCE_RECIPE_FILE):
         if config.is_file():
             name = ((read_yaml(config).get("optimizer") or {}).get("name")) or "recadam"
             return METHOD_KINDS.get(name, name)
@@ -135,11 +109,12 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
 
     path, out = Path(path), Path(out)
     _check_out(out, overwrite)
-    folder, run_dir, merge = _source_of(path)
-    raw = _recipe_dict(folder, run_dir)
+    source = rundir.locate(path)
+    folder, merge = source.folder, source.merge if source.kind == "merge" else None
+    raw = _recipe_dict(source)
     recipe = recipe_from_dict(raw, str(folder), check_files=False)
     reference = against or recipe.model.name_or_path
-    step = _source_step(run_dir, merge, folder)
+    step = _source_step(source.run_dir, merge, folder)
 
     scored = evaluate_checkpoint(folder, device=device)
     eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, reference)}
@@ -156,37 +131,26 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     raw["output_dir"] = str(out)
     raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": reference, **_merge_section(folder, merge)}
     scores = {k: v for k, v in eval_record.items() if k != "split"}
-    summary = {
-        "record": True,
-        "task": recipe.task.name,
-        "optimizer": recipe.optimizer.name,
-        "init": recipe.model.init,
-        "seed": recipe.train.seed,
-        "steps": step,
-        "finished": True,
-        "final": scores,
-        "best": scores,
-        "final_distance": eval_record["distance"],
-        "probe": {k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
-        "checkpoint": str(folder),
-        "against": reference,
-    }
+    summary = Summary(
+        record=True, task=recipe.task.name, optimizer=recipe.optimizer.name, init=recipe.model.init,
+        seed=recipe.train.seed, steps=step, finished=True, final=scores, best=scores,
+        final_distance=eval_record["distance"],
+        probe={k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
+        checkpoint=str(folder), against=reference,
+    )
     _write_atomically(out, raw, [eval_record] + ([probe_record] if probe_record else []), summary, overwrite)
-    return summary
+    return summary.to_dict()
 
 
 def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Path) -> int:
     """The step the scored weights stand for: the run's best step for best/, else its last step; for
     a merge output, the latest of its inputs' steps."""
     def step_of(run: Path, checkpoint_name: str) -> int:
-        if checkpoint_name == "best" and (run / checkpoint.SUMMARY_FILE).is_file():
-            try:
-                best = json.loads((run / checkpoint.SUMMARY_FILE).read_text(encoding="utf-8")).get("best") or {}
-            except json.JSONDecodeError:
-                best = {}
-            if isinstance(best.get("step"), int):
-                return best["step"]
-        records = checkpoint.read_metrics(run)
+        summary = rundir.read_summary(run) if checkpoint_name == "best" else None
+        best_step = ((summary.best if summary else None) or {}).get("step")
+        if isinstance(best_step, int):
+            return best_step
+        records = rundir.read_metrics(run)
         return max((r.get("step", 0) for r in records), default=0)
 
     if run_dir is not None:
@@ -195,7 +159,7 @@ def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Pat
     for item in (merge or {}).get("inputs") or []:
         model = Path(item.get("model") or "")
         for run, name in ((model, "best"), (model.parent, model.name)):
-            if (run / checkpoint.CONFIG_FILE).is_file():
+            if (run / rundir.CONFIG_FILE).is_file():
                 steps.append(step_of(run, name))
                 break
     return max(steps, default=0)
@@ -208,24 +172,16 @@ def _check_out(out: Path, overwrite: bool) -> None:
         return
     if not overwrite:
         raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")
-    if checkpoint.scored_record(out) is None:
+    if rundir.scored_record(out) is None:
         raise RecordError(f"{out} exists and is not a recall record: move it away or choose another --record folder")
 
 
-def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str, Any]], summary: dict[str, Any],
+def _write_atomically(out: Path, config: dict[str, Any], records: list[dict[str, Any]], summary: Summary,
                       overwrite: bool) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        (staging / checkpoint.CONFIG_FILE).write_text(
+    # Checked again before the rename: another process may have written ``out`` meanwhile.
+    with rundir.staged_folder(out, check=lambda: _check_out(out, overwrite)) as staging:
+        (staging / rundir.CONFIG_FILE).write_text(
             "# A scored record (recall evaluate --record): no weights; the checkpoint is named under `record`.\n"
             + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        (staging / checkpoint.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        (staging / checkpoint.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            _check_out(out, overwrite)  # again: another process may have written it meanwhile
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        rundir.write_metrics(staging, records)
+        rundir.write_summary(staging, summary)

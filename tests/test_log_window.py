@@ -2,7 +2,8 @@
 
 import math
 
-from recall_cli.train import WINDOW_KEYS, TrainerState, add_to_window, window_fields
+from recall_cli.progress import WINDOW_KEYS, add_to_window, window_fields
+from recall_cli.train import TrainerState
 
 
 def fresh() -> dict[str, float]:

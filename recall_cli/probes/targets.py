@@ -25,32 +25,21 @@ class Target:
 
 
 def resolve_target(text: str, against: str | None = None) -> Target:
-    from ..checkpoint import CONFIG_FILE, find_checkpoint
+    """A path is resolved as every command resolves one (rundir.locate); anything else is a model name."""
     from ..recipe import read_yaml
+    from ..rundir import CONFIG_FILE, locate
 
-    path = Path(text)
-    run_dir = None
-    if (path / CONFIG_FILE).is_file():
-        run_dir = path
-        folder = find_checkpoint(path, "best") or find_checkpoint(path, "last")
-        if folder is None:
-            from ..checkpoint import no_checkpoint_message
-
-            raise ProbeError(no_checkpoint_message(path))
-        theta = str(folder)
-    elif path.is_dir() and (path.parent / CONFIG_FILE).is_file():
-        run_dir, theta = path.parent, str(path)
-    elif path.exists() and not (path.is_dir() and (path / "config.json").is_file()):
-        raise ProbeError(f"{path}: not a run directory, checkpoint folder (config.json) or model name")
-    else:
-        theta = text
+    if not Path(text).exists():
+        return Target(text, text, against or text)  # pkg:, a hub id: its own θ* unless --against
+    located = locate(text)
     reference = against
-    if reference is None and run_dir is not None:
-        config = read_yaml(run_dir / CONFIG_FILE)
+    if reference is None and located.run_dir is not None:
+        config = read_yaml(located.run_dir / CONFIG_FILE)
         reference = (config.get("model") or {}).get("name_or_path")
         if not reference:
-            raise ProbeError(f"{run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
-    return Target(text, theta, reference or text)
+            raise ProbeError(f"{located.run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
+    theta = text if located.folder == Path(text) else str(located.folder)  # a folder named as the user wrote it
+    return Target(text, theta, reference or theta)
 
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str], texts_file: str | None = None,

@@ -1,0 +1,75 @@
+"""What the training loop reports: the interface a person's screen or a log implements (console.py),
+and the running window that a train record of metrics.jsonl averages over.
+
+Torch-free: the loop hands over plain numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Reporter:
+    """What the loop tells the user; the CLI supplies a rich or plain implementation."""
+
+    def start(self, total_steps: int, start_step: int, info: dict[str, Any]) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def train(self, record: dict[str, Any]) -> None: ...
+    def eval(self, record: dict[str, Any]) -> None: ...
+    def step(self, step: int) -> None: ...
+    def finish(self, summary: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+# The running sums since the last train record; saved in the trainer state, so that a resumed run
+# logs the same averages as an uninterrupted one.
+WINDOW_KEYS = ("loss", "grad_norm", "steps", "samples", "seconds", "stepped", "skipped")
+
+
+def empty_window() -> dict[str, float]:
+    return dict.fromkeys(WINDOW_KEYS, 0.0)
+
+
+def add_to_window(window: dict[str, float], loss: float, grad_norm: float, samples: int, seconds: float,
+                  skipped: bool) -> None:
+    """Adds one optimizer step to the running sums of the next train record.
+
+    A step that fp16's GradScaler skipped (its gradients overflowed) has an inf/nan norm that says
+    nothing about training: it is counted in "skipped" and left out of the grad_norm average."""
+    window["loss"] += loss
+    window["steps"] += 1
+    window["samples"] += samples
+    window["seconds"] += seconds
+    if skipped:
+        window["skipped"] += 1
+    else:
+        window["grad_norm"] += grad_norm
+        window["stepped"] += 1
+
+
+def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, float | int | None]:
+    """The averaged fields of a train record: grad_norm is null when every step in it was skipped."""
+    fields: dict[str, float | int | None] = {
+        "loss": window["loss"] / window["steps"],
+        "grad_norm": window["grad_norm"] / window["stepped"] if window["stepped"] else None,
+        "samples_per_s": window["samples"] / max(window["seconds"], 1e-9),
+    }
+    if scaler_enabled:
+        fields["skipped_steps"] = int(window["skipped"])
+    return fields
+
+
+def train_record(step: int, epoch: float, lr: float, lam: float | None, distance: float,
+                 window: dict[str, float], scaler_enabled: bool) -> dict[str, Any]:
+    """One "train" line of metrics.jsonl, in its documented key order."""
+    averages = window_fields(window, scaler_enabled)
+    return {
+        "step": step,
+        "split": "train",
+        "epoch": epoch,
+        "loss": averages.pop("loss"),
+        "lr": lr,
+        "lambda": 1.0 if lam is None else lam,
+        "distance": distance,
+        **averages,
+    }

@@ -1,0 +1,367 @@
+"""The run directory, recall's public on-disk format: its files, how a path resolves to weights, the
+summary, the metrics log, and the one way anything in it is written (stage, then rename into place).
+
+    RUN/config.yaml         the resolved recipe (a scored record adds a `record` section)
+    RUN/metrics.jsonl       one JSON record per line: split "train", "eval" or "probe", each with its step
+    RUN/summary.json        written once, at the end (Summary below; older layouts read as well)
+    RUN/anchor.safetensors  theta*, by parameter name (training runs only)
+    RUN/last/, RUN/best/    save_pretrained folders; last/ adds the training state for --resume
+    RUN/checkpoints/step-N  copies of last/ kept by train.keep_last
+
+Four kinds of folder hold weights, or name them, and every command resolves a path through
+:func:`locate`: a training run (its best/, else last/), a scored record (`recall evaluate --record`:
+no weights, it names the checkpoint it scored), a merge output (`recall merge`: DIR/<name>/ beside
+DIR/merge.json) and a bare checkpoint (any save_pretrained folder, inside a run or not).
+
+Everything here is torch-free; checkpoint.py writes the tensors into the folders this module stages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import RunDirError
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+ANCHOR_FILE = "anchor.safetensors"
+TRAINER_STATE_FILE = "trainer_state.json"  # in last/: its presence marks a complete checkpoint
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng_state.pt"
+MODEL_CONFIG_FILE = "config.json"  # what makes a folder a save_pretrained checkpoint
+MERGE_RECORD = "merge.json"
+# A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
+# trained with, so that `recall evaluate FOLDER` knows the task.
+SOURCE_RECIPE_FILE = "recall_recipe.yaml"
+# A scored record (recall_cli/records.py) is a run directory whose config.yaml has this section.
+RECORD_SECTION = "record"
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and (path / METRICS_FILE).exists()
+
+
+# ---- resolving a path --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Located:
+    """What a path names: ``folder`` holds the weights; ``run_dir`` is the run (or record) they belong to."""
+
+    path: Path  # as given
+    kind: str  # "run", "record", "merge" or "checkpoint"
+    folder: Path  # the save_pretrained folder to load
+    run_dir: Path | None = None
+    merge: dict[str, Any] | None = None  # merge.json, for a merge output
+
+    @property
+    def recipe_file(self) -> Path | None:
+        """The recipe the weights' head was trained with: the run's config.yaml, or the copy a merge left."""
+        if self.run_dir is not None:
+            return self.run_dir / CONFIG_FILE
+        own = self.folder / SOURCE_RECIPE_FILE
+        return own if own.is_file() else None
+
+
+def locate(path: str | Path) -> Located:
+    """A run directory (its best/, else last/), a checkpoint folder inside one, a merge output or any
+    save_pretrained folder. Raises RunDirError, one message per case, for anything else (a scored
+    record too: it holds no weights)."""
+    path = Path(path)
+    if not path.exists():
+        raise RunDirError(f"{path}: no such run directory or checkpoint folder (check the path)")
+    if (path / CONFIG_FILE).is_file():
+        folder = find_checkpoint(path, "best") or find_checkpoint(path, "last")
+        if folder is None:
+            raise RunDirError(no_checkpoint_message(path))
+        return Located(path, "run", folder, run_dir=path)
+    if not (path / MODEL_CONFIG_FILE).is_file():
+        raise RunDirError(f"{path}: not a run directory or checkpoint folder (no {CONFIG_FILE}, no {MODEL_CONFIG_FILE})")
+    if (path.parent / CONFIG_FILE).is_file():
+        return Located(path, "checkpoint", path, run_dir=path.parent)
+    merge_file = path.parent / MERGE_RECORD
+    if merge_file.is_file():
+        try:
+            merge = json.loads(merge_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{merge_file} is not valid JSON ({exc.msg}, line {exc.lineno}): is the merge complete?") from None
+        return Located(path, "merge", path, merge=merge if isinstance(merge, dict) else None)
+    return Located(path, "checkpoint", path)
+
+
+def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
+    """RUN/name, or RUN/name.old when a kill fell between the two renames of a save."""
+    for candidate in (run_dir / name, _old(run_dir / name)):
+        if (candidate / TRAINER_STATE_FILE).is_file() or (name != "last" and (candidate / MODEL_CONFIG_FILE).is_file()):
+            return candidate
+    return None
+
+
+def scored_record(run_dir: Path) -> dict[str, Any] | None:
+    """The `record` section of a scored record's config.yaml (recall evaluate --record); None for a run."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    record = config.get(RECORD_SECTION) if isinstance(config, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why a run directory has no checkpoint to load: not there yet, or a scored record, which keeps none."""
+    record = scored_record(run_dir)
+    if record is not None:
+        return (f"{run_dir} is a scored record (recall evaluate --record) and holds no weights: "
+                f"give the checkpoint it scored, {record.get('checkpoint')}")
+    return f"{run_dir}: the run has no best/ or last/ checkpoint yet"
+
+
+# ---- summary.json ------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    """summary.json: what a finished run (or a scored record) amounts to.
+
+    Every layout written since 0.1 reads into this; keys a layout lacks are None. A training run
+    writes the settings and timing fields, a scored record `record: true` and what it scored."""
+
+    task: str | None = None
+    optimizer: str | None = None
+    init: str | None = None
+    model: str | None = None  # training runs
+    seed: int | None = None
+    anneal_fun: str | None = None  # training runs: the schedule as run (t0 in steps)
+    anneal_k: float | None = None
+    anneal_t0: float | None = None
+    pretrain_cof: float | None = None
+    lr: float | None = None
+    steps: int = 0
+    finished: bool = False
+    best: dict[str, Any] | None = None  # the eval record (metrics + step) of the best step
+    final: dict[str, Any] | None = None  # the last eval record
+    final_distance: float | None = None  # ||theta - theta*|| at the end
+    probe: dict[str, Any] | None = None  # the last probe record
+    train_seconds: float | None = None  # training runs: timing, where and how
+    samples_per_s: float | None = None
+    device: str | None = None
+    precision: str | None = None  # None in a 0.1 run
+    versions: dict[str, str] | None = None
+    world_size: int | None = None
+    global_batch_size: int | None = None
+    final_distance_by_rank: list[float] | None = None  # under torchrun
+    record: bool = False  # scored records: what was scored, against which theta*
+    checkpoint: str | None = None
+    against: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of a newer version, kept as read
+
+    # Written even when empty (null): a reader tells "no eval" from "an older layout".
+    _ALWAYS = ("task", "optimizer", "init", "seed", "steps", "finished", "best", "final", "final_distance", "probe")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        known = {f.name for f in fields(cls) if f.name != "extra"}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"record": True} if self.record else {}
+        for f in fields(self):
+            if f.name in ("record", "extra"):
+                continue
+            value = getattr(self, f.name)
+            if value is not None or f.name in self._ALWAYS:
+                out[f.name] = value
+        return {**out, **self.extra}
+
+    @property
+    def final_main(self) -> float | None:
+        return (self.final or {}).get("main")
+
+
+def read_summary(run_dir: Path) -> Summary | None:
+    """RUN/summary.json, or None while the run has none (it has not finished) or it cannot be read."""
+    try:
+        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return Summary.from_dict(data) if isinstance(data, dict) else None
+
+
+def write_summary(run_dir: Path, summary: Summary) -> None:
+    write_json_atomic(run_dir / SUMMARY_FILE, summary.to_dict())
+
+
+# ---- metrics.jsonl -----------------------------------------------------------------------------
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by a kill: everything after it is not trustworthy
+    return records
+
+
+def write_metrics(run_dir: Path, records: list[dict[str, Any]]) -> None:
+    """metrics.jsonl replaced as a whole (a record's, or a resumed run's cut back to its checkpoint)."""
+    write_text_atomic(run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """On resume, drop records written after the checkpoint: the resumed run writes them again."""
+    write_metrics(run_dir, [r for r in read_metrics(run_dir) if r["step"] <= last_step])
+
+
+class MetricsWriter:
+    """Appends one JSON record per line, flushed, so that other commands can read a live run."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True):
+        # Ranks other than 0 get a writer that writes nothing: one record per step, not one per rank.
+        self._file = open(run_dir / METRICS_FILE, "a", encoding="utf-8") if enabled else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+# ---- writing: stage, then rename into place ----------------------------------------------------
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def _old(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".old")
+
+
+def swap_into_place(staging: Path, dest: Path) -> None:
+    """Replace ``dest`` by ``staging`` with renames only. Between the two renames only ``dest.old``
+    exists; ``find_checkpoint`` falls back to it."""
+    old = _old(dest)
+    if not dest.exists():
+        # A kill between the two renames of the last save left only dest.old: put the new folder
+        # in place before deleting it, so that a complete one exists at every moment.
+        os.replace(staging, dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    if old.exists():
+        shutil.rmtree(old)
+    os.replace(dest, old)
+    os.replace(staging, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def staged_folder(dest: Path, check: Callable[[], None] | None = None) -> Iterator[Path]:
+    """Yields an empty hidden folder beside ``dest`` to write into; when the block ends, ``check()``
+    (if given: may ``dest`` be replaced now?) and the folder takes ``dest``'s place by renames. On
+    any error, or an interruption, the staging folder is removed and ``dest`` is as it was: a reader
+    sees the old folder or the complete new one, never a part."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        yield staging
+        if check is not None:
+            check()
+        swap_into_place(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def remove_stale_staging(run_dir: Path) -> None:
+    """Staging folders of saves that a kill interrupted (last/, best/, and the checkpoints/ copies)."""
+    for path in [*run_dir.glob(".*.tmp-*"), *run_dir.glob("checkpoints/.*.tmp-*")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- a new run directory -----------------------------------------------------------------------
+
+
+def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber an existing directory unless asked, and never replace one that is not a run.
+    Touches nothing: every rank of a distributed run checks this before the process group exists, so
+    all of them fail alike (:class:`NewRunDir` applies it)."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            raise RunDirError(
+                f"output_dir {run_dir} already exists: continue it with --resume {run_dir}, "
+                "replace it with --overwrite, or choose another output_dir"
+            )
+        if not is_run_dir(run_dir):
+            raise RunDirError(
+                f"output_dir {run_dir} exists and is not a recall run directory: --overwrite only replaces runs; "
+                "choose another output_dir"
+            )
+
+
+class NewRunDir:
+    """A new run directory that exists for good only once the run has taken its first optimizer step.
+
+    ``begin`` moves an old run (--overwrite) aside to a hidden sibling instead of deleting it;
+    ``commit`` (after the first step) deletes that old run; ``rollback`` (a failure before it) deletes
+    what the new run wrote and moves the old run back, so the directory is as it was before the
+    command (a new run leaves none). A kill -9 in between leaves the old run in ``.NAME.replaced-PID``.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.aside: Path | None = None
+        self.existed = False
+        self.open = False
+
+    def begin(self, overwrite: bool) -> None:
+        check_new_run_dir(self.run_dir, overwrite)
+        self.existed = self.run_dir.exists()
+        if self.existed and any(self.run_dir.iterdir()):
+            self.aside = self.run_dir.with_name(f".{self.run_dir.name}.replaced-{os.getpid()}")
+            os.replace(self.run_dir, self.aside)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.open = True
+
+    def commit(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        if self.aside is not None:
+            shutil.rmtree(self.aside, ignore_errors=True)
+
+    def rollback(self) -> None:
+        if not self.open:
+            return
+        self.open = False
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.aside is not None:
+            os.replace(self.aside, self.run_dir)
+        elif self.existed:
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # it was an empty folder

@@ -1,0 +1,273 @@
+"""Everything the training loop needs before its first step, built once into a typed :class:`Training`.
+
+Two stages, in the order a distributed run needs them:
+
+- :func:`prepare` loads and checks what can fail on user input (the run directory, a checkpoint to
+  resume, the data, preflight, the probe files, the model). Under torchrun every rank does this
+  before the process group exists, so every rank fails alike and none waits in a collective.
+- :func:`set_up` turns that into the run: the model on its device, RecAdam with theta*, the scaler
+  and autocast, the prober, the trainer state (restored on resume), and a run directory that holds
+  config.yaml, metrics.jsonl and theta* before the first step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import checkpoint, data, preflight, rundir
+from .distributed import Distributed
+from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
+from .optim import RecAdam
+from .probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
+from .progress import Reporter, empty_window
+from .recipe import Recipe, dump_recipe, schedule_warnings
+from .runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
+
+
+@dataclass
+class TaskData:
+    spec: data.TaskSpec
+    train: data.Features
+    dev: dict[str, data.Features]
+
+
+def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
+    cfg = recipe.task
+    spec = data.task_spec(cfg)
+
+    def features(split: str, limit: int | None) -> data.Features:
+        return data.tokenize(data.load_split(cfg, split, limit), tokenizer, cfg.max_seq_length)
+
+    train = features("train", cfg.max_train_examples)
+    dev = {split: features(split, cfg.max_eval_examples) for split in spec.dev_splits}
+    return TaskData(spec, train, dev)
+
+
+def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
+    tc = recipe.train
+    if tc.max_steps is not None:
+        return tc.max_steps
+    batches_per_epoch = math.ceil(n_train / (tc.batch_size * world_size))
+    return max(1, math.ceil(tc.epochs * batches_per_epoch / tc.grad_accum))
+
+
+class BatchOrder:
+    """Micro-batch i of the run, reproducible from (seed, i) alone: that index is the data position."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.per_epoch = math.ceil(n / batch_size)
+        self._epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
+
+    def batch(self, i: int) -> list[int]:
+        epoch, j = divmod(i, self.per_epoch)
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.n, generator=generator)
+        return self._perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
+
+
+@dataclass
+class TrainerState:
+    """What last/trainer_state.json holds: where the run stands, for an exact resume."""
+
+    step: int = 0
+    micro_step: int = 0
+    best_main: float | None = None
+    best_step: int | None = None
+    train_seconds: float = 0.0
+    samples: int = 0
+    world_size: int = 1  # a run resumes only with the number of processes it was trained with
+    precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
+    # Running sums since the last train record (progress.WINDOW_KEYS).
+    window: dict[str, float] = field(default_factory=empty_window)
+
+    def __post_init__(self) -> None:
+        # A checkpoint saved by version 0.1 lacks the skip counters: every step in its window had its norm added.
+        self.window.setdefault("stepped", self.window.get("steps", 0.0))
+        self.window.setdefault("skipped", 0.0)
+
+
+def anchor_dtype(recipe: Recipe) -> torch.dtype:
+    return torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else torch.float32
+
+
+def build_optimizer(model, anchors, recipe: Recipe, total_steps: int) -> torch.optim.Optimizer:
+    oc = recipe.optimizer
+    groups = parameter_groups(model, anchors, oc)
+    # adamw is RecAdam without anchors: the same Adam arithmetic (and eps convention) as the
+    # released vanilla baseline, so PI/RI/vanilla differ only in the recall terms.
+    return RecAdam(
+        groups,
+        lr=oc.lr,
+        betas=tuple(oc.betas),
+        eps=oc.eps,
+        weight_decay=oc.weight_decay,
+        anneal_fun=oc.anneal_fun,
+        anneal_k=oc.anneal_k,
+        anneal_t0=recipe.anneal_t0_steps(total_steps),
+        anneal_w=oc.anneal_w,
+        pretrain_cof=oc.pretrain_cof,
+        mode="coupled" if oc.name == "adam_coupled" else "decoupled",
+        anchor_dtype=torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else None,
+    )
+
+
+# ---- stage 1: everything that can fail on user input ---------------------------------------------
+
+
+@dataclass
+class Prepared:
+    recipe: Recipe
+    ctx: Distributed
+    device: torch.device
+    precision: str
+    precision_reason: str  # "set in the recipe", or why `auto` chose it
+    saved: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None  # (trainer, optimizer, rng) of last/
+    tokenizer: Any
+    task: TaskData
+    total_steps: int
+    built: BuiltModel
+
+
+def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, reporter: Reporter) -> Prepared:
+    """Load and check, touching nothing on disk; every rank of a distributed run does the same."""
+    tc = recipe.train
+    run_dir = Path(recipe.output_dir)
+    # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
+    seed_everything(tc.seed)
+
+    last = rundir.find_checkpoint(run_dir, "last") if resume else None
+    saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
+    recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
+    precision, why = choose_precision(tc.precision, device, recorded)
+    if not resume:
+        rundir.check_new_run_dir(run_dir, overwrite)
+    tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
+    task = load_task_data(recipe, tokenizer)
+    checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
+                                  precision=precision, world_size=ctx.world_size, resume=last is not None,
+                                  lengths=[len(ids) for ids in task.train.input_ids],
+                                  model_source=str(last) if last else None)
+    checks.raise_on_failure()
+    for check in checks.checks:
+        if check.status == "warn":
+            reporter.warn(f"preflight: {check.name}: {check.message}")
+    if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
+        probe_inputs(list(recipe.probe.probes), recipe.probe.texts_file, recipe.probe.pairs_file, 4, 4)
+    total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
+    for message in schedule_warnings(recipe, total_steps):
+        reporter.warn(message)
+
+    if last is not None:
+        built = BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), checkpoint.load_anchors(run_dir))
+    else:
+        built = build_model(recipe.model, task.spec.num_labels, tc.seed, task.spec.label_names)
+    if ctx.rank > 0:
+        seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
+    return Prepared(recipe, ctx, device, precision, why, saved, tokenizer, task, total_steps, built)
+
+
+# ---- stage 2: the run ----------------------------------------------------------------------------
+
+
+@dataclass
+class Training:
+    """The set-up run: what the step, the loop and the summary read."""
+
+    recipe: Recipe
+    ctx: Distributed
+    run_dir: Path
+    device: torch.device
+    precision: str
+    precision_reason: str
+    tokenizer: Any
+    task: TaskData
+    total_steps: int
+    model: torch.nn.Module  # saved, evaluated and probed
+    ddp_model: torch.nn.Module  # what the step runs forward through (the model itself in one process)
+    optimizer: RecAdam
+    scaler: torch.amp.GradScaler
+    autocast: AbstractContextManager
+    params: list[torch.nn.Parameter]  # what the gradient norm is clipped over
+    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (parameter, theta*) for ||theta - theta*||
+    prober: Prober | None  # rank 0 only
+    state: TrainerState
+    order: BatchOrder
+    pad_id: int
+    eval_batch: int  # per process, like batch_size
+    resumed: bool  # continues from last/ (no step-0 probe)
+
+
+def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: bool, overwrite: bool) -> Training:
+    recipe, ctx, device = p.recipe, p.ctx, p.device
+    tc = recipe.train
+    run_dir = Path(recipe.output_dir)
+    # Take theta* out of `built` so that only RecAdam (or `pairs`) keeps a copy once set-up is done.
+    model, anchors, p.built.anchors = p.built.model, p.built.anchors, None
+    model.to(device)
+    model.train()
+    optimizer = build_optimizer(model, anchors, recipe, p.total_steps)
+    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
+    if not pairs:  # adamw: keep theta* only to measure forgetting
+        pairs = [(q, anchors[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in anchors]
+    scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
+    pad_id = p.tokenizer.pad_token_id if p.tokenizer.pad_token_id is not None else 0
+
+    # Rank 0 alone probes (on `model`, outside DDP: no collective); the others wait at the next one.
+    # Built before the run directory is touched: a probe file it cannot read leaves nothing behind.
+    prober = prober_for_run(recipe, model, anchors, p.tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
+    for note in prober.notes if prober else ():
+        reporter.warn(note)
+
+    state = _restore_or_start(p, optimizer, scaler, anchors, new_dir, resume, overwrite)
+    del anchors  # RecAdam (or `pairs`) holds the copy it needs
+    ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
+    ctx.barrier()  # the run directory is ready before anyone goes on
+    return Training(
+        recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
+        precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps,
+        model=model, ddp_model=ddp_model, optimizer=optimizer, scaler=scaler,
+        autocast=autocast_for(p.precision, device), params=[q for q in model.parameters() if q.requires_grad],
+        pairs=pairs, prober=prober, state=state,
+        order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
+        pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
+    )
+
+
+def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.NewRunDir, resume: bool,
+                      overwrite: bool) -> TrainerState:
+    """The trainer state of last/ with the optimizer, scaler and RNG streams it saved; or a fresh state
+    and a new run directory holding config.yaml, metrics.jsonl and theta*."""
+    ctx, run_dir = p.ctx, Path(p.recipe.output_dir)
+    if ctx.is_main and resume and run_dir.exists():
+        rundir.remove_stale_staging(run_dir)
+    if p.saved is None:
+        if ctx.is_main:
+            # --resume of a run interrupted before its first checkpoint: start over in the same directory.
+            new_dir.begin(overwrite=overwrite or resume)
+            # config.yaml and metrics.jsonl first (they make it a run directory), theta* (hundreds of MB)
+            # after: a kill in between leaves a run that --resume simply starts over.
+            dump_recipe(p.recipe, run_dir / rundir.CONFIG_FILE)
+            (run_dir / rundir.METRICS_FILE).touch()
+            checkpoint.save_anchors(run_dir, anchors)
+        return TrainerState(world_size=ctx.world_size, precision=p.precision)
+    trainer_state, optim_state, rng_state = p.saved
+    state = TrainerState(**trainer_state)
+    state.precision = p.precision  # a 0.1 checkpoint records it from now on
+    optimizer.load_state_dict(optim_state["optimizer"])
+    if optim_state["scaler"]:
+        scaler.load_state_dict(optim_state["scaler"])
+    checkpoint.restore_rng(rng_state, p.device)
+    if ctx.is_main:
+        rundir.truncate_metrics(run_dir, state.step)
+    return state
