@@ -27,28 +27,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import SweepError  # noqa: F401 - raised here, importable from here
+from .names import CELL_PREFIXES
+from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
 from .recipe import RecipeError, TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
 
-# Short names for the keys people sweep; the paper's grid is anneal_k x anneal_t0 x init x 5 seeds.
-KEY_ALIASES = {
-    "optimizer.anneal_k": "k",
-    "optimizer.anneal_t0": "t0",
-    "optimizer.anneal_w": "w",
-    "optimizer.lr": "lr",
-    "optimizer.pretrain_cof": "cof",
-    "optimizer.weight_decay": "wd",
-    "train.seed": "s",
-    "train.max_steps": "steps",
-    "train.epochs": "ep",
-    "train.batch_size": "bs",
-    "train.warmup_steps": "warmup",
-    "task.max_train_examples": "n",
-}
-# Keys whose values read well on their own: "random", "adamw", "mrpc", "sigmoid".
-VALUE_ONLY_KEYS = {"model.init", "optimizer.name", "task.name", "optimizer.anneal_fun"}
 
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
 STOPPED_CODES = (130, 143)  # finetune after Ctrl-C, and after SIGTERM (it saves last/ first)
@@ -177,12 +162,13 @@ def _clean(text: str) -> str:
 
 
 def name_part(key: str, value: str) -> str:
-    """One setting's piece of a cell name: k0.1, t0250, random, s3, lr2e-5, grad_accum2."""
-    if key in VALUE_ONLY_KEYS:
-        return _clean(value)
+    """One setting's piece of a cell name: k0.1, t0250, random, s3, lr2e-5, grad_accum2.
+
+    The prefix is the key's short name in names.KEY_ALIASES (the paper's grid is anneal_k x anneal_t0
+    x init x 5 seeds); keys whose values read well on their own ("random", "adamw", "mrpc") have none."""
     if key == "model.name_or_path":
-        return _clean(value.removeprefix("pkg:"))
-    prefix = KEY_ALIASES.get(key) or key.rsplit(".", 1)[-1]
+        value = value.removeprefix("pkg:")
+    prefix = CELL_PREFIXES.get(key, key.rsplit(".", 1)[-1])
     return prefix + _clean(value)
 
 
@@ -264,8 +250,6 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
 
 def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
     """Set the cell's state from its directory; a problem if the directory holds something else."""
-    from .checkpoint import CONFIG_FILE, is_run_dir
-
     path = cell.path
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         return None
@@ -281,10 +265,10 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted_flat.get(k)!r} now" for k in differ[:3])
         return (f"{path} holds a run with other settings ({shown}): choose another --out, "
                 "or delete the directory to run the cell again")
-    summary = _read_summary(path)
-    if summary.get("finished"):
+    summary = read_summary(path)
+    if summary is not None and summary.finished:
         cell.state = FINISHED
-        cell.main = _final_main(summary)
+        cell.main = summary.final_main
     else:
         cell.resume = True
     return None
@@ -299,8 +283,6 @@ def _now() -> str:
 
 def write_index(sweep: Sweep, extra: dict[str, dict[str, Any]] | None = None) -> None:
     """OUT/sweep.json, replaced atomically; only the parent process writes it."""
-    from .checkpoint import write_json_atomic
-
     extra = extra or {}
     index = {
         "recipe": str(sweep.recipe),
@@ -437,7 +419,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                 job.log.close()
                 cell = job.cell
                 cell.exit_code, cell.seconds = code, time.monotonic() - job.started
-                cell.main = _final_main(_read_summary(cell.path)) if code == 0 else None
+                summary = read_summary(cell.path) if code == 0 else None
+                cell.main = summary.final_main if summary is not None else None
                 cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED_CODES else FAILED)
                 cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
                 finished_count += cell.state == FINISHED
@@ -480,18 +463,3 @@ def _stop(running: list[_Running]) -> None:
         except subprocess.TimeoutExpired:
             job.process.kill()
             job.process.wait()
-
-
-def _read_summary(path: Path) -> dict[str, Any]:
-    """A cell's summary.json, or {} while it has none (not finished) or it cannot be read."""
-    from .checkpoint import SUMMARY_FILE
-
-    try:
-        summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def _final_main(summary: dict[str, Any]) -> float | None:
-    return (summary.get("final") or {}).get("main")

@@ -16,21 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
+from ..names import OPTIMIZERS, TASKS, is_vanilla
 from .runs import LABEL_NAMES, RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
 
 PRESETS = ("init", "k", "main")
 AT = ("final", "best")
 
 # GLUE training-set sizes; the paper averages over tasks below and above 10k examples.
-GLUE_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846,
-                    "mnli": 392702, "qnli": 104743, "rte": 2490, "wnli": 635}
+GLUE_TRAIN_SIZES = {name: t.train_size for name, t in TASKS.items()}
 SMALL_TASK_LIMIT = 10_000
-TASK_TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP",
-               "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+TASK_TITLES = {name: t.title for name, t in TASKS.items()}  # in the paper's column order
 # Run measures beside an eval record (Run.eval_at): ||theta - theta*|| at that step, and the run's training time.
 RUN_MEASURES = ("distance", "train_seconds")
 STATS = ("median", "min", "max", "mean")
-METHOD_NAMES = {"adamw": "vanilla fine-tuning", "recadam": "RecAdam", "adam_coupled": "Adam coupled"}
+METHOD_NAMES = {name: o.label for name, o in OPTIMIZERS.items()}
 INIT_NAMES = {"pretrained": "PI", "random": "RI"}
 
 
@@ -140,7 +139,7 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         if gid not in groups:
             groups[gid] = Group(group_label(settings, preset), settings, {})
         if select:
-            vanilla = run.settings.get("optimizer.name") == "adamw"
+            vanilla = is_vanilla(run.settings.get("optimizer.name"))
             chosen = {k: run.settings.get(k) for k in select if not (vanilla and k in RECADAM_ONLY_KEYS)}
             per_setting = candidates.setdefault((gid, run.task), {})
             cell = per_setting.setdefault(_key(chosen), Cell(run.task, [], [], selected=chosen))
@@ -170,9 +169,10 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
 
 
 def _sort_key(key: str, value: Any) -> tuple:
-    order = {"optimizer.name": ["adamw", "recadam", "adam_coupled"], "model.init": ["pretrained", "random"]}
-    if key in order and value in order[key]:
-        return (0, order[key].index(value), "")
+    if key == "optimizer.name" and value in OPTIMIZERS:
+        return (0, OPTIMIZERS[value].report_order, "")
+    if key == "model.init" and value in INIT_NAMES:
+        return (0, list(INIT_NAMES).index(value), "")
     if value is None:
         return (-1, 0, "")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -185,15 +185,15 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
     parts: list[str] = []
     name = settings.get("optimizer.name")
     if "optimizer.name" in settings or "model.init" in settings:
-        if name == "adamw":
-            parts.append(METHOD_NAMES["adamw"])
+        if is_vanilla(name):
+            parts.append(METHOD_NAMES[name])
         else:
             method = METHOD_NAMES.get(name, str(name)) if "optimizer.name" in settings else "RecAdam"
             if preset == "init" or "model.init" in settings:
                 method += f" + {INIT_NAMES.get(settings.get('model.init'), settings.get('model.init'))}"
             parts.append(method)
     for key, value in settings.items():
-        if key in ("optimizer.name", "model.init") or (value is None and (name == "adamw" or key.startswith("record."))):
+        if key in ("optimizer.name", "model.init") or (value is None and (is_vanilla(name) or key.startswith("record."))):
             continue
         parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
     return ", ".join(parts) or "all runs"
@@ -217,7 +217,7 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
 
     record = run.eval_at(at)
     if not run.finished:
-        steps = (run.summary or {}).get("steps") or max((r["step"] for r in run.records), default=0)
+        steps = (run.summary.steps if run.summary else None) or max((r["step"] for r in run.records), default=0)
         flag(f"did not finish (stopped at step {steps}): left out")
         return
     if record is None:
@@ -227,7 +227,8 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
         return  # this task has no such metric (f1 on RTE): not a problem of the run
     value = record[metric]
     if not _finite(value):
-        why = " (constant predictions)" if run.task == "stsb" or metric in ("pearson", "spearman") else ""
+        regression = run.task in TASKS and TASKS[run.task].num_labels == 1
+        why = " (constant predictions)" if regression or metric in ("pearson", "spearman") else ""
         flag(f"{metric} is {value}{why}: left out")
         return
     constant = constant_prediction(run, record)
@@ -264,7 +265,7 @@ def dev_label_shares(settings: dict[str, Any]) -> dict[Any, float] | None:
 
 def constant_prediction(run: Run, record: dict[str, Any]) -> str | None:
     """Why ``record`` looks like a model that predicts one class for everything, or None."""
-    if run.task == "cola" and record.get("mcc") == 0.0:
+    if record.get("mcc") == 0.0:  # CoLA's main metric
         return "MCC 0 (constant predictions?)"
     accuracy = record.get("accuracy")
     if not _finite(accuracy):

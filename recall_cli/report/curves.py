@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..names import is_vanilla
 from .comparison import TASK_TITLES, _sort_key, group_label
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 
@@ -19,8 +20,8 @@ class CurveGroup:
     runs: list[Run]
 
     @property
-    def is_adamw(self) -> bool:
-        return all(r.settings.get("optimizer.name") == "adamw" for r in self.runs)
+    def is_vanilla(self) -> bool:
+        return all(is_vanilla(r.settings.get("optimizer.name")) for r in self.runs)
 
     def curves(self, field_name: str, split: str = "train"):
         """(steps, median, min, max) over the group's runs at the steps every run logged; ``split`` names the
@@ -78,7 +79,9 @@ def forgetting_rows(runs: list[Run], groups: list[CurveGroup]) -> list[dict[str,
             train = [r for r in run.train if _finite(r.get("distance"))]
             low = min(train, key=lambda r: r["distance"]) if train else None
             final = run.eval_at("final")
-            final_distance = (run.summary or {}).get("final_distance", train[-1]["distance"] if train else None)
+            final_distance = run.summary.final_distance if run.summary else None
+            if final_distance is None and train:  # a run that has not finished: its last logged distance
+                final_distance = train[-1]["distance"]
             rows.append({
                 "run": str(run.path),
                 "name": run.name,

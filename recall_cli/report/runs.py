@@ -18,7 +18,9 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ReportError  # noqa: F401 - raised here, importable from here
+from ..names import SHORT_KEYS, is_vanilla
 from ..records import RECORD_PATH_KEYS
+from ..rundir import CONFIG_FILE, Summary, is_run_dir, read_metrics, read_summary
 
 # Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
@@ -28,12 +30,7 @@ RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.an
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
                 "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code",
                 *RECORD_PATH_KEYS}  # a scored record's file names: they differ per seed
-SHORT_KEYS = {"k": "optimizer.anneal_k", "t0": "optimizer.anneal_t0", "w": "optimizer.anneal_w",
-              "lr": "optimizer.lr", "cof": "optimizer.pretrain_cof", "init": "model.init",
-              "optimizer": "optimizer.name", "seed": "train.seed", "steps": "train.max_steps",
-              "model": "model.name_or_path", "anneal_fun": "optimizer.anneal_fun",
-              "merge": "record.merge", "weights": "record.weights", "with": "record.with",
-              "tau": "record.temperature", "gamma": "record.gamma_rule"}
+# Short names (names.KEY_ALIASES): --by k resolves to optimizer.anneal_k, and a group label reads k=0.1.
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 
 
@@ -42,7 +39,7 @@ class Run:
     path: Path
     name: str  # path relative to the folder searched
     settings: dict[str, Any]  # the recipe as dotted keys; RecAdam-only keys None for adamw
-    summary: dict[str, Any] | None
+    summary: Summary | None  # None: the run has not finished (or its summary.json cannot be read)
     records: list[dict[str, Any]]
 
     @property
@@ -51,7 +48,7 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return bool(self.summary and self.summary.get("finished"))
+        return bool(self.summary and self.summary.finished)
 
     @property
     def train(self) -> list[dict[str, Any]]:
@@ -80,10 +77,10 @@ class Run:
         logged = [r for r in self.train if r["step"] <= record["step"] and _finite(r.get("distance"))]
         if logged:
             extra["distance"] = logged[-1]["distance"]
-        if self.summary and _finite(self.summary.get("final_distance")) and record is evals[-1] and self.finished:
-            extra["distance"] = self.summary["final_distance"]
-        if self.summary and _finite(self.summary.get("train_seconds")):
-            extra["train_seconds"] = self.summary["train_seconds"]
+        if self.summary and _finite(self.summary.final_distance) and record is evals[-1] and self.finished:
+            extra["distance"] = self.summary.final_distance
+        if self.summary and _finite(self.summary.train_seconds):
+            extra["train_seconds"] = self.summary.train_seconds
         probe = next((p for p in self.probes if p["step"] == record["step"]), None)
         if probe is not None:
             extra.update({k: v for k, v in probe.items() if not isinstance(v, list)})
@@ -91,28 +88,19 @@ class Run:
 
 
 def read_run(path: Path, name: str) -> Run:
-    from ..checkpoint import CONFIG_FILE, SUMMARY_FILE, read_metrics
     from ..recipe import flatten
 
     config = yaml.safe_load((path / CONFIG_FILE).read_text(encoding="utf-8"))
     if not isinstance(config, dict):
         raise ValueError("config.yaml is not a mapping")
     settings = flatten(config)
-    if settings.get("optimizer.name") == "adamw":
+    if is_vanilla(settings.get("optimizer.name")):
         settings.update(dict.fromkeys(RECADAM_ONLY_KEYS))
-    summary = None
-    if (path / SUMMARY_FILE).is_file():
-        try:
-            summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            summary = None
-    return Run(path, name, settings, summary, read_metrics(path))
+    return Run(path, name, settings, read_summary(path), read_metrics(path))
 
 
 def load_runs(root: Path, warn: Callable[[str], None] = lambda message: None) -> list[Run]:
     """Every run directory at or under ``root``; other folders are named in a warning and skipped."""
-    from ..checkpoint import is_run_dir
-
     root = Path(root)
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder: give a run directory or a folder of run directories")
@@ -206,7 +194,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
 def _values(runs: list[Run], key: str) -> set[str]:
     # adamw's blank RecAdam-only keys are not a second value: vanilla runs do not split a k sweep.
     return {_key(r.settings.get(key)) for r in runs
-            if not (key in RECADAM_ONLY_KEYS and r.settings.get("optimizer.name") == "adamw")}
+            if not (key in RECADAM_ONLY_KEYS and is_vanilla(r.settings.get("optimizer.name")))}
 
 
 
