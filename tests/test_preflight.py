@@ -15,8 +15,9 @@ from recall_cli import checkpoint, preflight
 from recall_cli.cli import app
 from recall_cli.model import build_model
 from recall_cli.recipe import ModelConfig, recipe_from_dict
+from recall_cli.testing import save_with_tokenizer, tiny_bert
 
-from conftest import minilm_path, tiny_recipe, write_recipe
+from conftest import tiny_recipe, write_recipe
 
 runner = CliRunner()
 
@@ -28,25 +29,13 @@ def finetune(*args: str):
 def save_tiny(folder: Path, *, classifier_labels: int | None = None, vocab_size: int | None = None,
               positions: int = 128, pad: bool = True) -> Path:
     """A 2-layer, hidden-32 BERT with the MiniLM tokenizer; optionally a classifier with a trained-looking head."""
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    if not pad:
-        tokenizer.pad_token = None
-    config = BertConfig(vocab_size=vocab_size or tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=37, max_position_embeddings=positions)
-    torch.manual_seed(5)
+    model = tiny_bert(head="classifier" if classifier_labels else "encoder", num_labels=classifier_labels or 2,
+                      vocab_size=vocab_size, max_positions=positions, seed=5)
     if classifier_labels:
-        config.num_labels = classifier_labels
-        model = BertForSequenceClassification(config)
         with torch.no_grad():
             model.classifier.weight.fill_(0.25)  # unlike any fresh initialisation
             model.classifier.bias.fill_(-1.0)
-    else:
-        model = BertModel(config)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_with_tokenizer(model, folder, pad_token=pad)
 
 
 def dry_run_json(tmp_path: Path, model_dir: Path, **sections):

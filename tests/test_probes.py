@@ -19,6 +19,7 @@ from recall_cli.cli import app
 from recall_cli.probes import (Prober, debiased_cka, drift, linear_cka, load_inputs, load_mlm_head, mean_pool,
                                unbiased_hsic)
 from recall_cli.probes.sets import DEFAULT_PAIRS, load_pairs
+from recall_cli.testing import tiny_bert_dir
 
 from conftest import minilm_path, tiny_recipe, write_recipe
 
@@ -130,16 +131,7 @@ def test_sts_probe_reproduces_minilm_pretrained_score():
 
 @pytest.fixture(scope="module")
 def tiny_mlm_dir(tmp_path_factory) -> Path:
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    folder = tmp_path_factory.mktemp("tiny_mlm")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=128)
-    torch.manual_seed(99)
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_dir(tmp_path_factory.mktemp("tiny_mlm"), head="mlm", seed=99)
 
 
 def test_mlm_probe_on_a_tiny_bert_with_a_head(tiny_mlm_dir, tiny_model_dir):

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from recall_cli.cli import app
+from recall_cli.testing import tiny_bert
 
 from conftest import make_run
 
@@ -160,11 +161,9 @@ def test_records_refuse_to_be_resumed_evaluated_or_overwritten(run, tiny_model_d
 
 
 def test_a_distance_to_another_architecture_is_refused(run, tmp_path):
-    from transformers import BertConfig, BertModel
-
     other = tmp_path / "other"
-    BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=8)).save_pretrained(other)
+    tiny_bert(vocab_size=50, hidden_size=16, num_layers=1, intermediate_size=8, max_positions=512,
+              seed=None).save_pretrained(other)
     code, _, stderr = invoke("evaluate", run, "--record", tmp_path / "r", "--against", other, "--no-probe", "--device", "cpu")
     assert code == 2 and "share no parameter" in stderr and not (tmp_path / "r").exists()
 
