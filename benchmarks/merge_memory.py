@@ -58,27 +58,26 @@ print(json.dumps({"after_imports_kb": after_imports, "peak_kb": status("VmHWM:")
 
 def build_models(root: Path, n: int, layers: int, hidden: int) -> list[str]:
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
     from transformers.utils import logging as hf_logging
 
+    from recall_cli.testing import save_with_tokenizer, tiny_bert, wordpiece_tokenizer
+
     hf_logging.disable_progress_bar()
+    # Offline, as when this imported tests/conftest.py for the tokenizer (the merge children inherit it).
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(name, "1")
 
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import minilm_path
-
-    config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=max(1, hidden // 64),
-                        intermediate_size=4 * hidden, vocab_size=30522, num_labels=2)
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # BERT's 30522-token WordPiece vocabulary
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config)
+    tokenizer = wordpiece_tokenizer()  # BERT's 30522-token WordPiece vocabulary
+    model = tiny_bert(head="classifier", num_labels=2, hidden_size=hidden, num_layers=layers,
+                      num_heads=max(1, hidden // 64), intermediate_size=4 * hidden, max_positions=512,
+                      vocab_size=30522, seed=0)
     paths = []
     for i in range(n):
         folder = root / f"model{i}"
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1e-3 * torch.randn_like(p))
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_with_tokenizer(model, folder, tokenizer=tokenizer)
         paths.append(str(folder))
     return paths
 

