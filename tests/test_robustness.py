@@ -8,7 +8,9 @@ import shutil
 import signal
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from recall_cli import checkpoint
@@ -45,15 +47,64 @@ def test_resume_of_a_run_killed_before_its_first_files_were_written(short_run):
     assert (short_run / checkpoint.ANCHOR_FILE).is_file() and (short_run / "last").is_dir()
 
 
-def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run):
-    """fp16 needs CUDA to train; scoring such a run on a CPU falls back to fp32 and agrees."""
-    config = yaml.safe_load((short_run / "config.yaml").read_text())
-    config["train"]["precision"] = "fp16"
-    (short_run / "config.yaml").write_text(yaml.safe_dump(config))
-    result = runner.invoke(app, ["evaluate", str(short_run), "--json", "--device", "cpu"])
-    assert result.exit_code == 0, result.output
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run, precision, dtype, monkeypatch):
+    """A run trained in fp16 (CUDA only) or bf16 whose best/ holds half-precision weights (a model saved
+    after .half() or .to(torch.bfloat16)): `recall evaluate --device cpu` loads them upcast to fp32, scores
+    fp16 runs in fp32 (fp16 autocast needs CUDA) and bf16 runs under CPU bf16 autocast, and agrees with
+    the fp32 weights the half-precision ones were rounded from."""
+    from transformers import BertForSequenceClassification
+
+    from recall_cli import evaluate as evaluate_module
+    from recall_cli.model import load_checkpoint_model
+
+    outputs = []  # the logits evaluate computes, caught on their way to the metrics
+    predict = evaluate_module.predict
+
+    def spy(model, *args, **kwargs):
+        assert next(model.parameters()).dtype == torch.float32
+        outputs.append(predict(model, *args, **kwargs))
+        return outputs[-1]
+
+    monkeypatch.setattr(evaluate_module, "predict", spy)
+
+    def evaluate() -> dict:
+        result = runner.invoke(app, ["evaluate", str(short_run), "--json", "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["metrics"]
+
+    best = short_run / "best"
     summary = json.loads((short_run / "summary.json").read_text())
-    assert json.loads(result.stdout)["metrics"]["accuracy"] == summary["best"]["accuracy"]
+    fp32_metrics = evaluate()
+    assert fp32_metrics["accuracy"] == summary["best"]["accuracy"]
+
+    fp32 = BertForSequenceClassification.from_pretrained(best, dtype=torch.float32)
+    rounded = {k: v.to(dtype).float() for k, v in fp32.state_dict().items()}
+    assert not all(torch.equal(rounded[k], v) for k, v in fp32.state_dict().items())  # rounding changes them
+    fp32.to(dtype).save_pretrained(best)
+    saved = load_file(str(best / "model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {dtype}  # really half-precision weights on disk
+    config = yaml.safe_load((short_run / "config.yaml").read_text())
+    config["train"]["precision"] = precision
+    (short_run / "config.yaml").write_text(yaml.safe_dump(config))
+
+    loaded = load_checkpoint_model(best).state_dict()  # what evaluate scores: the rounded weights in fp32
+    assert {v.dtype for v in loaded.values()} == {torch.float32}
+    assert all(torch.equal(loaded[k], rounded[k]) for k in rounded)
+    metrics = evaluate()
+
+    # The logits: rounding the weights to fp16 (scored in fp32) moves them by ~0.1% of their scale,
+    # to bf16 (scored under bf16 autocast) by ~0.6%; allowed: 1% and 3% of the largest fp32 logit.
+    fp32_logits, half_logits = outputs
+    assert fp32_logits.shape == half_logits.shape == (40, 2)
+    scale = float(abs(fp32_logits).max())
+    error = float(abs(half_logits - fp32_logits).max())
+    assert 0 < error <= {"fp16": 0.01, "bf16": 0.03}[precision] * scale, (error, scale)
+    # Predictions whose fp32 margin exceeds that error cannot flip; here none is closer, so the metrics agree.
+    margin = abs(fp32_logits[:, 1] - fp32_logits[:, 0])
+    assert (margin > 2 * error).all(), (margin.min(), error)
+    assert (half_logits.argmax(1) == fp32_logits.argmax(1)).all()
+    assert metrics == fp32_metrics
 
 
 def test_fp16_on_cpu_is_a_usage_error(tiny_model_dir, tmp_path):
