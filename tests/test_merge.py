@@ -143,9 +143,30 @@ def test_ties_matches_a_hand_computed_example(runs, tmp_path):
     method = Ties(lam=0.5, density=0.5)
     fused = method.fuse([base + vectors[0].reshape(2, 2), base + vectors[1].reshape(2, 2)], 1, base)
     assert torch.equal(fused, base + 0.5 * torch.tensor([[3.0, 2.0], [0.0, -3.0]]))
-    code, output = merge(runs["a"], runs["b"], "--out", tmp_path / "m", "--method", "ties", "--density", "1")
-    assert code == 0, output  # density 1, two models: same-sign entries averaged, the rest the larger mass
-    assert json.loads(output)["density"] == 1.0
+    out = tmp_path / "m"
+    code, output = merge(runs["a"], runs["b"], "--out", out, "--method", "ties", "--density", "1")
+    assert code == 0, output
+    assert json.loads(output)["density"] == 1.0 and json.loads(output)["lambda"] == 1.0
+    # density 1 (nothing trimmed), two models, lambda 1, theta* = the runs' anchor.safetensors: per entry,
+    # task vectors of one sign are averaged; of opposite signs, the larger magnitude wins alone.
+    anchor = load_file(str(runs["a"] / "anchor.safetensors"))
+    a, b = weights(runs["a"] / "best"), weights(runs["b"] / "best")
+    assert anchor and set(anchor) < set(a)
+    for name, own in (("a", a), ("b", b)):
+        written = weights(out / name)
+        assert written.keys() == own.keys()
+        for key, tensor in written.items():
+            if key not in anchor:  # the classifier head: each model keeps its own
+                assert torch.equal(tensor, own[key]), (name, key)
+                continue
+            ta, tb = a[key] - anchor[key], b[key] - anchor[key]
+            assert (ta != 0).all() and (tb != 0).all() and (ta.abs() != tb.abs()).all()  # no tie to break
+            tau = torch.where(torch.sign(ta) == torch.sign(tb), (ta + tb) / 2, torch.where(ta.abs() > tb.abs(), ta, tb))
+            assert torch.equal(tensor, anchor[key] + tau), (name, key)
+    # both kinds of entry occur, so both halves of the rule were checked
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    same_sign = torch.sign(a[key] - anchor[key]) == torch.sign(b[key] - anchor[key])
+    assert same_sign.any() and not same_sign.all()
 
 
 
