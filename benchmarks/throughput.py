@@ -23,6 +23,8 @@ torch.cuda.max_memory_allocated on CUDA.
 
     python benchmarks/throughput.py                              # CPU: a MiniLM-shaped BERT
     python benchmarks/throughput.py --shape bert-base --device cuda --precision bf16
+    # this version's loop against another checkout's (e.g. `git worktree add /tmp/base main`), in one run:
+    python benchmarks/throughput.py --configs recall-recadam,recall-adamw --baseline /tmp/base
 
 Needs `accelerate` for `Trainer` (pip install accelerate); recall itself does not.
 """
@@ -265,6 +267,9 @@ def main() -> None:
     parser.add_argument("--data", choices=("full", "glue"), default="full",
                         help="full: every example fills --seq-len (equal work); glue: a bundled task's rows as they are")
     parser.add_argument("--task", choices=sorted(bundled_glue_tasks()), default="mrpc", help="the GLUE task for --data glue")
+    parser.add_argument("--configs", help=f"comma-separated subset of {', '.join(GLUE_CONFIGS)} (default: all)")
+    parser.add_argument("--baseline", help="another checkout of recall: its recall-* loops run beside this one's "
+                                           "(as baseline-*, with PYTHONPATH=DIR), so a change is measured in one run")
     parser.add_argument("--worker", choices=GLUE_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--data-file", help=argparse.SUPPRESS)
@@ -275,6 +280,14 @@ def main() -> None:
         return
 
     configs = GLUE_CONFIGS if args.data == "glue" else CONFIGS
+    if args.configs:
+        wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in GLUE_CONFIGS]
+        if unknown:
+            sys.exit(f"--configs: unknown {', '.join(unknown)}; choose from {', '.join(GLUE_CONFIGS)}")
+        configs = tuple(wanted)
+    if args.baseline:
+        configs += tuple(c.replace("recall-", "baseline-") for c in configs if c.startswith("recall-"))
     results: dict[str, list[dict]] = {name: [] for name in configs}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model_dir(args.shape, Path(tmp) / "model")
@@ -285,8 +298,12 @@ def main() -> None:
             shift = round_ % len(configs)
             order = configs[shift:] + configs[:shift]
             for name in order:
-                cmd = [sys.executable, __file__, *passthrough, "--worker", name, "--model-dir", str(model_dir), "--data-file", str(data_file)]
-                done = subprocess.run(cmd, capture_output=True, text=True)
+                env = dict(os.environ)
+                if name.startswith("baseline-"):  # the same worker code, the other checkout's recall_cli
+                    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(args.baseline).resolve()), env.get("PYTHONPATH")]))
+                worker_name = name.replace("baseline-", "recall-")
+                cmd = [sys.executable, __file__, *passthrough, "--worker", worker_name, "--model-dir", str(model_dir), "--data-file", str(data_file)]
+                done = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
                 if done.returncode != 0 or not lines:
                     sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
@@ -296,21 +313,29 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
-    base = med("trainer", "samples_per_s")
+    reference = "trainer" if "trainer" in configs else configs[0]
+    base = med(reference, "samples_per_s")
     rows = "MRPC sentences filling every sequence" if args.data == "full" else f"{args.task} train rows as they are"
     print(f"\n{args.shape}-shaped BERT, {rows}, batch {args.batch_size}, max_seq_length {args.seq_len}, "
           f"{args.precision}, {args.device}, {args.steps} steps (first {args.warmup} untimed), "
-          f"median of {args.rounds} rounds; Trainer optimizer: {results['trainer'][0]['optimizer']}")
+          f"median of {args.rounds} rounds; {reference} optimizer: {results[reference][0]['optimizer']}")
     memory = "peak CUDA memory (MiB)" if args.device == "cuda" else "peak RSS (MiB)"
-    print(f"| loop | samples/s | ratio to Trainer | {memory} |")
+    print(f"| loop | samples/s | ratio to {reference} | {memory} |")
     print("|---|---:|---:|---:|")
     for name in configs:
         sps = med(name, "samples_per_s")
         print(f"| {name} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
-    recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
-    print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
-          f"peak memory RecAdam / AdamW: {med('recall-recadam', 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}")
-    if args.data == "glue":
+    if {"recall-recadam", "recall-adamw"} <= set(configs):
+        recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
+        print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
+              f"peak memory RecAdam / AdamW: {med('recall-recadam', 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}")
+    for name in (c for c in configs if c.startswith("baseline-")):
+        mine = name.replace("baseline-", "recall-")
+        per_round = ", ".join(f"{a['samples_per_s'] / b['samples_per_s']:.3f}" for a, b in zip(results[mine], results[name]))
+        print(f"{mine} this checkout / {args.baseline}: {med(mine, 'samples_per_s') / med(name, 'samples_per_s'):.3f} "
+              f"(per round: {per_round})")
+    if args.data == "glue" and {"trainer-padded", "recall-recadam", "recall-adamw"} <= set(configs):
+        recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
         padded = med("trainer-padded", "samples_per_s")
         print(f"recall RecAdam / Trainer padding every row to {args.seq_len} tokens (run_glue.py's default): "
               f"{recadam / padded:.2f}; recall AdamW / the same: {adamw / padded:.2f}")
