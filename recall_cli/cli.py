@@ -123,6 +123,7 @@ def finetune(
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
     from . import data
+    from .names import OPTIMIZERS
     from .optim import anneal_lambda
     from .preflight import for_dry_run
     from .recipe import schedule_warnings
@@ -134,7 +135,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
     total = plan_total_steps(recipe, n_train, world_size)
     t0 = recipe.anneal_t0_steps(total)
     lambdas = {}
-    if oc.name != "adamw":
+    if OPTIMIZERS[oc.name].anchored:  # lambda(t) weighs the recall terms: vanilla runs have none
         points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
         lambdas = {t: anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w) for t in points}

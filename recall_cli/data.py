@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .errors import DataError  # noqa: F401 - raised here, importable from here
+from .names import TASKS
 
 
 
@@ -43,74 +44,26 @@ class TaskSpec:
     num_labels: int  # 1 for regression
     main_metric: str  # "mcc", "pearson" or "accuracy"
     dev_splits: tuple[str, ...] = ("dev",)
+    extra_metrics: tuple[str, ...] = ()  # beside accuracy or pearson/spearman: "mcc", "f1"
 
     @property
     def is_regression(self) -> bool:
         return self.num_labels == 1
 
 
-_BINARY = ("0", "1")
-_NLI2 = ("entailment", "not_entailment")
-
-# Field names are the GLUE TSV header names. The label orders are chosen so that a class id is the
-# same whether the example came from a TSV file or from the hub (whose labels are already ids): e.g.
-# the hub's RTE ClassLabel is [entailment, not_entailment], and WNLI's is [not_entailment,
-# entailment], which is the file's 0/1.
+# The GLUE tasks (names.TASKS: columns, labels, metrics, folders) as the loaders and metrics read them.
 GLUE_TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec("cola", ("sentence",), "label", _BINARY, 2, "mcc"),
-    "sst2": TaskSpec("sst2", ("sentence",), "label", _BINARY, 2, "accuracy"),
-    "mrpc": TaskSpec("mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, 2, "accuracy"),
-    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), "score", None, 1, "pearson"),
-    "qqp": TaskSpec("qqp", ("question1", "question2"), "is_duplicate", _BINARY, 2, "accuracy"),
-    "mnli": TaskSpec(
-        "mnli",
-        ("sentence1", "sentence2"),
-        "gold_label",
-        ("entailment", "neutral", "contradiction"),
-        3,
-        "accuracy",
-        dev_splits=("dev_matched", "dev_mismatched"),
-    ),
-    "qnli": TaskSpec("qnli", ("question", "sentence"), "label", _NLI2, 2, "accuracy"),
-    "rte": TaskSpec("rte", ("sentence1", "sentence2"), "label", _NLI2, 2, "accuracy"),
-    "wnli": TaskSpec("wnli", ("sentence1", "sentence2"), "label", _BINARY, 2, "accuracy"),
+    name: TaskSpec(name, t.text_fields, t.label_field, t.labels, t.num_labels, t.main_metric, t.dev_splits,
+                   t.extra_metrics)
+    for name, t in TASKS.items()
 }
-
-GLUE_FOLDERS: dict[str, str] = {
-    "cola": "CoLA",
-    "sst2": "SST-2",
-    "mrpc": "MRPC",
-    "stsb": "STS-B",
-    "qqp": "QQP",
-    "mnli": "MNLI",
-    "qnli": "QNLI",
-    "rte": "RTE",
-    "wnli": "WNLI",
-}
+GLUE_FOLDERS: dict[str, str] = {name: t.folder for name, t in TASKS.items()}
 
 # CoLA's TSV has no header: source, label, original mark, sentence.
 _COLA_COLUMNS = 4
 _COLA_LABEL_COL = 1
 _COLA_TEXT_COL = 3
 
-# The hub's column names differ from the TSV headers; its labels are class ids (floats for STS-B).
-_HUB_TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "cola": ("sentence",),
-    "sst2": ("sentence",),
-    "mrpc": ("sentence1", "sentence2"),
-    "stsb": ("sentence1", "sentence2"),
-    "qqp": ("question1", "question2"),
-    "mnli": ("premise", "hypothesis"),
-    "qnli": ("question", "sentence"),
-    "rte": ("sentence1", "sentence2"),
-    "wnli": ("sentence1", "sentence2"),
-}
-# QNLI, RTE and WNLI copies in circulation use either header style for their sentence pair.
-_ALT_TEXT_FIELDS: dict[str, tuple[str, str]] = {
-    "qnli": ("sentence1", "sentence2"),
-    "rte": ("question", "sentence"),
-    "wnli": ("question", "sentence"),
-}
 _HUB_SPLITS = {
     "train": "train",
     "dev": "validation",
@@ -207,8 +160,8 @@ def load_split(task_cfg: Any, split: str, limit: int | None = None) -> Examples:
 
 
 def _normalise_split(spec: TaskSpec, split: str) -> str:
-    if spec.name == "mnli" and split == "dev":
-        return "dev_matched"  # the matched set is MNLI's usual headline dev number
+    if split == "dev" and "dev" not in spec.dev_splits:
+        return spec.dev_splits[0]  # the headline one: MNLI's matched set
     allowed = ("train", *spec.dev_splits)
     if split not in allowed:
         raise DataError(f"task {spec.name} has no split '{split}': use one of {', '.join(allowed)}")
@@ -311,7 +264,7 @@ def _load_glue_tsv(spec: TaskSpec, data_dir: Path, split: str) -> Examples:
         except StopIteration:
             raise DataError(f"{path}: file is empty: expected a header row and examples; {fix}") from None
         spec_cols: Sequence[str] = spec.text_fields
-        alternative = _ALT_TEXT_FIELDS.get(spec.name)
+        alternative = TASKS[spec.name].alt_text_fields
         names = [h.strip() for h in header]
         if alternative and spec_cols[0] not in names and alternative[0] in names:
             spec_cols = alternative
@@ -335,7 +288,7 @@ def _load_glue_hub(spec: TaskSpec, split: str) -> Examples:
         import datasets
 
         dataset = datasets.load_dataset("nyu-mll/glue", spec.name, split=_HUB_SPLITS[split])
-        columns = {name: dataset[name] for name in (*_HUB_TEXT_COLUMNS[spec.name], "label")}
+        columns = {name: dataset[name] for name in (*TASKS[spec.name].hub_text_columns, "label")}
     except Exception as err:  # noqa: BLE001 - offline, missing package, hub errors: all mean "use local files"
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise DataError(
@@ -343,7 +296,7 @@ def _load_glue_hub(spec: TaskSpec, split: str) -> Examples:
             f"to a local GLUE folder, e.g. task.data_dir=data/glue/{folder}"
         ) from None
 
-    texts = list(zip(*(columns[c] for c in _HUB_TEXT_COLUMNS[spec.name])))
+    texts = list(zip(*(columns[c] for c in TASKS[spec.name].hub_text_columns)))
     if spec.is_regression:
         values: list = [float(v) for v in columns["label"]]
     else:

@@ -2,7 +2,7 @@
 
 ``compute_metrics`` always returns a ``"main"`` entry: the number the paper reports for the task
 (Matthews correlation for CoLA, Pearson for STS-B, accuracy elsewhere), which model selection and
-summaries use.
+summaries use. Which metrics a GLUE task reports is written in names.TASKS (main_metric, extra_metrics).
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 if TYPE_CHECKING:
     from .data import TaskSpec
-
-# The GLUE leaderboard reports F1 next to accuracy for these paraphrase tasks.
-_F1_TASKS = frozenset({"mrpc", "qqp"})
 
 
 def compute_metrics(task: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -42,10 +39,10 @@ def compute_metrics(task: TaskSpec, predictions: np.ndarray, labels: np.ndarray)
 def _classification(task: TaskSpec, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     _check_lengths(predicted, labels)
     metrics = {"accuracy": float(accuracy_score(labels, predicted))}
-    if task.name in _F1_TASKS or (task.name == "custom" and task.num_labels == 2):
+    if "f1" in task.extra_metrics or (task.name == "custom" and task.num_labels == 2):
         # F1 of class 1 (GLUE's "paraphrase"/"duplicate"); 0.0 rather than a warning when it is never predicted.
         metrics["f1"] = float(f1_score(labels, predicted, pos_label=1, average="binary", zero_division=0))
-    if task.name == "cola":
+    if "mcc" in task.extra_metrics:
         with warnings.catch_warnings():
             # Constant predictions make MCC's denominator 0; sklearn returns 0.0, which is what we want.
             warnings.simplefilter("ignore", RuntimeWarning)

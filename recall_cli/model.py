@@ -12,6 +12,7 @@ import torch
 from .errors import ModelLoadError  # noqa: F401 - raised here, importable from here
 from torch import Tensor
 
+from .names import OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
 
 
@@ -236,7 +237,7 @@ def parameter_groups(
     """Four groups: (anchored | head) x (decay | no decay). Anchored groups carry theta* for RecAdam;
     the head (parameters without a pretrained counterpart) gets plain Adam."""
     no_decay = _no_decay_names(model)
-    recall = cfg.name in ("recadam", "adam_coupled")
+    recall = OPTIMIZERS[cfg.name].anchored
     buckets: dict[tuple[bool, bool], list[tuple[str, torch.nn.Parameter]]] = {
         (a, d): [] for a in (True, False) for d in (True, False)
     }

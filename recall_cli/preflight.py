@@ -27,6 +27,7 @@ import torch
 from .errors import PreflightError  # noqa: F401 - raised here, importable from here
 
 from .model import head_is_new, is_trained_classifier, load_config
+from .names import OPTIMIZERS
 from .recipe import Recipe
 
 Status = Literal["ok", "warn", "fail"]
@@ -220,7 +221,7 @@ def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.devic
     parts = {
         "weights": 4 * total,  # fp32 master weights; autocast casts per op
         "gradients": 4 * total,
-        "adam_moments": 8 * total,
+        "adam_moments": 8 * total if OPTIMIZERS[recipe.optimizer.name].adam_moments else 0,
         "theta_star": anchor_bytes * (total - head),
         "activations": activation_bytes(config, tc.batch_size, length, precision),
     }

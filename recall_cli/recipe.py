@@ -18,8 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from .errors import RecipeError  # noqa: F401 - raised here, importable from here
-
-GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES
 
 
 
@@ -53,7 +52,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    name: Literal["recadam", "adamw", "adam_coupled"] = "recadam"
+    name: Literal[OPTIMIZER_NAMES] = "recadam"  # a name in names.OPTIMIZERS
     lr: float = 2e-5
     weight_decay: float = 0.0
     eps: float = 1e-8  # the released script's adam_epsilon
@@ -366,13 +365,14 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     t0 = o.anneal_t0
     need((0 < t0 < 1) or (t0 >= 1 and float(t0).is_integer()),
          f"optimizer.anneal_t0: a step count (integer >= 1) or a fraction of the run in (0, 1), got {t0}")
-    if o.name != "adamw":
+    if OPTIMIZERS[o.name].anchored:
         # Each step with lambda near 0 multiplies theta - theta* by (1 - lr * gamma): above 1 it overshoots.
         need(o.lr * o.pretrain_cof < 1,
              f"optimizer.lr x optimizer.pretrain_cof = {o.lr * o.pretrain_cof:g} must be < 1, or the recall "
              "penalty overshoots theta* (lower lr or pretrain_cof)")
-    need(not (o.name == "adamw" and m.init == "random"),
-         "model.init: random initialisation is for recadam/adam_coupled; adamw is vanilla fine-tuning from "
+    anchored = [name for name, entry in OPTIMIZERS.items() if entry.anchored]
+    need(OPTIMIZERS[o.name].anchored or m.init != "random",
+         f"model.init: random initialisation is for {'/'.join(anchored)}; {o.name} is vanilla fine-tuning from "
          "the pretrained weights (set model.init=pretrained)")
 
     need(tr.batch_size >= 1, f"train.batch_size: must be >= 1, got {tr.batch_size}")
@@ -389,9 +389,6 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
     problems += _check_probe(recipe.probe, check_files)
     return problems
-
-
-PROBE_NAMES = ("cka", "drift", "sts", "mlm")  # recall_cli/probes/runner.py PROBES
 
 
 def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
@@ -418,7 +415,7 @@ def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
 def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:
     """Warnings (not errors) about an annealing schedule that does not fit the run's length."""
     o = recipe.optimizer
-    if o.name == "adamw" or o.anneal_fun != "sigmoid":
+    if not OPTIMIZERS[o.name].anchored or o.anneal_fun != "sigmoid":
         return []
     warnings = []
     t0 = recipe.anneal_t0_steps(total_steps)

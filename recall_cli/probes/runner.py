@@ -26,10 +26,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import names
 from . import measures
 from .sets import PairSet, ProbeError, load_pairs, load_texts
 
-PROBES = ("cka", "drift", "sts", "mlm")
+PROBES = names.PROBE_NAMES  # names.PROBES says what each one reads and the measures it writes
 MASK_RATE = 0.15
 MASK_SEED = 0
 
@@ -46,9 +47,9 @@ def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | Non
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(PROBES)}")
-    needs_texts = any(p in probes for p in ("cka", "drift", "mlm"))
-    texts = load_texts(texts_file, num_texts) if needs_texts else []
-    pairs = load_pairs(pairs_file, num_pairs) if "sts" in probes else None
+    reads = {names.PROBES[p].reads for p in probes}
+    texts = load_texts(texts_file, num_texts) if "texts" in reads else []
+    pairs = load_pairs(pairs_file, num_pairs) if "pairs" in reads else None
     return ProbeInputs(texts, pairs)
 
 

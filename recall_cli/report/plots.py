@@ -43,9 +43,9 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
         n = len(group.runs)
         label = f"{group.label} (n={n})" if n > 1 else group.label
         # adamw is drawn dashed: the baseline the RecAdam curves are read against.
-        style = "--" if group.is_adamw else "-"
+        style = "--" if group.is_vanilla else "-"
         for ax, name in ((ax_dist, "distance"), (ax_loss, "loss"), (ax_lambda, "lambda")):
-            if name == "lambda" and group.is_adamw:
+            if name == "lambda" and group.is_vanilla:
                 continue  # no recall penalty: lambda(t) does not apply
             steps, median, low, high = group.curves(name)
             if not len(steps):

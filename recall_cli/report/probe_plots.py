@@ -29,7 +29,7 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
         color = colors[i % len(colors)]
         n = len(group.runs)
         label = f"{group.label} (n={n})" if n > 1 else group.label
-        style = "--" if group.is_adamw else "-"
+        style = "--" if group.is_vanilla else "-"
         curves = [(ax_dist, group.curves("distance")), (ax_cka, group.curves("cka", split="probe"))]
         if skill:
             curves.append((ax_skill, group.curves(skill, split="probe")))

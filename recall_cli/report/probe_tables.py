@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReportError
+from ..names import PROBES
 from .comparison import group_label
 from .curves import CurveGroup
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 
 # The retained-skill curve: STS where the runs measured it, else the MLM loss ratio.
-SKILL_FIELDS = ("sts_retained", "mlm_ratio")
-SKILL_TITLES = {"sts_retained": "retained STS skill ρ(θ)/ρ(θ*)", "mlm_ratio": "MLM loss ratio L(θ)/L(θ*)"}
+SKILL_FIELDS = tuple(p.skill for p in PROBES.values() if p.skill)
+SKILL_TITLES = {p.skill: p.skill_title for p in PROBES.values() if p.skill}
 
 
 def has_probes(runs: list[Run]) -> bool:

@@ -8,15 +8,14 @@ import json
 from typing import Any
 
 from ..errors import ReportError
+from ..names import PROBE_MEASURES, PROBES
 from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group, _fmt_setting
 
 FORMATS = ("table", "markdown", "csv", "json")
-# Scalar fields of metrics.jsonl's probe records (recall_cli/probes/runner.py), usable as --metric.
-PROBE_MEASURES = ("cka", "cka_debiased", "drift", "sts", "sts_ref", "sts_retained", "mlm_loss", "mlm_loss_ref",
-                  "mlm_ratio")
+# PROBE_MEASURES: the scalar fields of metrics.jsonl's probe records (names.PROBES), usable as --metric.
 # Shown as they are, not x100 like scores and ratios; and where smaller is better ("best" in a column).
-RAW_MEASURES = ("distance", "train_seconds", "mlm_loss", "mlm_loss_ref")
-LOWER_IS_BETTER = ("distance", "train_seconds", "drift", "mlm_loss", "mlm_ratio")
+RAW_MEASURES = ("distance", "train_seconds", *(m for p in PROBES.values() for m in p.raw))
+LOWER_IS_BETTER = ("distance", "train_seconds", *(m for p in PROBES.values() for m in p.lower_is_better))
 
 
 def to_records(result: Comparison) -> list[dict[str, Any]]:

@@ -1,0 +1,170 @@
+"""The names recall knows, one table each: GLUE tasks, optimizers, probes, and short names for recipe keys.
+
+Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
+optimizer and probe names; data loads a task's files and hub columns; metrics reads a task's extra
+metrics; model and the training set-up read whether an optimizer is anchored and its mode; records
+its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
+Adam moments; the probe runner which inputs a probe reads; sweep and report the short key names.
+
+Adding a GLUE-style task, an optimizer or a probe is one entry here plus its code (README: "Extending
+recall"). Standard library only: the CLI's --help, recipe checks and reports import it without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- tasks ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """A GLUE task: where its files are, which columns hold text and label, how it is scored."""
+
+    name: str  # task.name in a recipe, and the hub's config name in nyu-mll/glue
+    title: str  # as the paper writes it: table columns, figure titles
+    folder: str  # the local GLUE folder, data/glue/<folder> (train.tsv, dev.tsv)
+    text_fields: tuple[str, ...]  # TSV header names: one column, or a pair (sentence-pair encoding)
+    label_field: str
+    labels: tuple[str, ...] | None  # label values as written in the TSV, index = class id; None: regression
+    hub_text_columns: tuple[str, ...]  # the same columns in the hub's copy (labels: ids, floats for STS-B)
+    main_metric: str  # the number the paper reports, "main" in metrics.jsonl
+    train_size: int  # training examples: the paper averages over tasks below and above 10k
+    extra_metrics: tuple[str, ...] = ()  # reported beside accuracy (classification) or pearson/spearman
+    dev_splits: tuple[str, ...] = ("dev",)  # the first is the headline one ("dev" asks for it)
+    alt_text_fields: tuple[str, ...] | None = None  # the other header style of copies in circulation
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels) if self.labels else 1  # 1: regression
+
+
+_BINARY = ("0", "1")
+_NLI2 = ("entailment", "not_entailment")
+
+# In the paper's column order. Field names are the GLUE TSV header names. The label orders are chosen
+# so that a class id is the same whether the example came from a TSV file or from the hub (whose
+# labels are already ids): e.g. the hub's RTE ClassLabel is [entailment, not_entailment], and WNLI's
+# is [not_entailment, entailment], which is the file's 0/1.
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("cola", "CoLA", "CoLA", ("sentence",), "label", _BINARY, ("sentence",), "mcc", 8551,
+         extra_metrics=("mcc",)),
+    Task("sst2", "SST-2", "SST-2", ("sentence",), "label", _BINARY, ("sentence",), "accuracy", 67349),
+    # The GLUE leaderboard reports F1 next to accuracy for the paraphrase tasks (MRPC, QQP).
+    Task("mrpc", "MRPC", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY, ("sentence1", "sentence2"),
+         "accuracy", 3668, extra_metrics=("f1",)),
+    Task("stsb", "STS-B", "STS-B", ("sentence1", "sentence2"), "score", None, ("sentence1", "sentence2"),
+         "pearson", 5749),
+    Task("qqp", "QQP", "QQP", ("question1", "question2"), "is_duplicate", _BINARY, ("question1", "question2"),
+         "accuracy", 363846, extra_metrics=("f1",)),
+    Task("mnli", "MNLI", "MNLI", ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
+         ("premise", "hypothesis"), "accuracy", 392702, dev_splits=("dev_matched", "dev_mismatched")),
+    # QNLI, RTE and WNLI copies in circulation use either header style for their sentence pair.
+    Task("qnli", "QNLI", "QNLI", ("question", "sentence"), "label", _NLI2, ("question", "sentence"), "accuracy",
+         104743, alt_text_fields=("sentence1", "sentence2")),
+    Task("rte", "RTE", "RTE", ("sentence1", "sentence2"), "label", _NLI2, ("sentence1", "sentence2"), "accuracy",
+         2490, alt_text_fields=("question", "sentence")),
+    Task("wnli", "WNLI", "WNLI", ("sentence1", "sentence2"), "label", _BINARY, ("sentence1", "sentence2"),
+         "accuracy", 635, alt_text_fields=("question", "sentence")),
+)}
+GLUE_TASK_NAMES = tuple(TASKS)
+
+
+# ---- optimizers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer.name: one configuration of RecAdam (recall_cli/optim)."""
+
+    name: str  # optimizer.name in a recipe
+    label: str  # what a reader of the paper calls it: recall compare's rows
+    kind: str  # a merge input's method in a scored record (records.py): "vanilla", "recadam", ...
+    report_order: int  # rows of recall compare and curves of recall forgetting, vanilla first as in the paper
+    anchored: bool  # has RecAdam's recall terms toward theta*: lambda(t), pretrain_cof and the anneal_* keys apply
+    mode: str = "decoupled"  # RecAdam's mode: the recall penalty beside Adam's update, or "coupled" into the gradient
+    adam_moments: bool = True  # keeps Adam's two moments per parameter (preflight's memory estimate)
+
+
+# In the order recipe errors list them, the default first.
+OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
+    Optimizer("recadam", "RecAdam", "recadam", report_order=1, anchored=True),
+    # RecAdam without anchors: the same Adam arithmetic as the released vanilla baseline.
+    Optimizer("adamw", "vanilla fine-tuning", "vanilla", report_order=0, anchored=False),
+    Optimizer("adam_coupled", "Adam coupled", "adam_coupled", report_order=2, anchored=True, mode="coupled"),
+)}
+OPTIMIZER_NAMES = tuple(OPTIMIZERS)
+
+
+def is_vanilla(name: object) -> bool:
+    """A known optimizer without recall terms (adamw): a run whose anneal_* keys mean nothing."""
+    entry = OPTIMIZERS.get(name) if isinstance(name, str) else None
+    return entry is not None and not entry.anchored
+
+
+# ---- probes --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe.probes entry (recall_cli/probes/runner.py measures it)."""
+
+    name: str
+    reads: str  # its inputs: "texts" (the probe sentences) or "pairs" (the STS sentence pairs)
+    measures: tuple[str, ...]  # the scalar fields it writes to a probe record: usable as --metric
+    skill: str | None = None  # its retained-skill ratio, the probe figure's panel (b) when the runs have it
+    skill_title: str | None = None
+    lower_is_better: tuple[str, ...] = ()  # of its measures: "best" in a compare column is the smallest
+    raw: tuple[str, ...] = ()  # of its measures: shown as they are, not x100 like scores and ratios
+
+
+PROBES: dict[str, Probe] = {p.name: p for p in (
+    Probe("cka", "texts", ("cka", "cka_debiased")),
+    Probe("drift", "texts", ("drift",), lower_is_better=("drift",)),
+    Probe("sts", "pairs", ("sts", "sts_ref", "sts_retained"), skill="sts_retained",
+          skill_title="retained STS skill ρ(θ)/ρ(θ*)"),
+    Probe("mlm", "texts", ("mlm_loss", "mlm_loss_ref", "mlm_ratio"), skill="mlm_ratio",
+          skill_title="MLM loss ratio L(θ)/L(θ*)", lower_is_better=("mlm_loss", "mlm_ratio"),
+          raw=("mlm_loss", "mlm_loss_ref")),
+)}
+PROBE_NAMES = tuple(PROBES)
+PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
+
+
+# ---- short names of recipe keys ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyAlias:
+    key: str  # a dotted recipe key (or a scored record's record.* setting)
+    short: str | None  # what recall compare's --by/--where/--label accept, and group labels print: k=0.1
+    cell: str | None  # the prefix of a sweep cell's name: k0.1, s3; "" names a cell by the value alone
+    # (random, adamw); None: the key's last part (grad_accum2)
+
+
+KEY_ALIASES: tuple[KeyAlias, ...] = (
+    KeyAlias("optimizer.anneal_k", "k", "k"),
+    KeyAlias("optimizer.anneal_t0", "t0", "t0"),
+    KeyAlias("optimizer.anneal_w", "w", "w"),
+    KeyAlias("optimizer.lr", "lr", "lr"),
+    KeyAlias("optimizer.pretrain_cof", "cof", "cof"),
+    KeyAlias("optimizer.weight_decay", None, "wd"),
+    KeyAlias("optimizer.name", "optimizer", ""),
+    KeyAlias("optimizer.anneal_fun", "anneal_fun", ""),
+    KeyAlias("model.init", "init", ""),
+    KeyAlias("model.name_or_path", "model", ""),  # a sweep cell takes a path's last part, without pkg:
+    KeyAlias("task.name", None, ""),
+    KeyAlias("task.max_train_examples", None, "n"),
+    KeyAlias("train.seed", "seed", "s"),
+    KeyAlias("train.max_steps", "steps", "steps"),
+    KeyAlias("train.epochs", None, "ep"),
+    KeyAlias("train.batch_size", None, "bs"),
+    KeyAlias("train.warmup_steps", None, "warmup"),
+    KeyAlias("record.merge", "merge", None),
+    KeyAlias("record.weights", "weights", None),
+    KeyAlias("record.with", "with", None),
+    KeyAlias("record.temperature", "tau", None),
+    KeyAlias("record.gamma_rule", "gamma", None),
+)
+SHORT_KEYS = {a.short: a.key for a in KEY_ALIASES if a.short}  # "k" -> "optimizer.anneal_k"
+CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "train.seed" -> "s"

@@ -1,0 +1,71 @@
+"""The registry of names (recall_cli/names.py): torch-free, and every stage reads its entries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from recall_cli import names
+
+
+def test_registry_imports_nothing_heavy():
+    code = ("import sys, recall_cli.names; "
+            "heavy = [m for m in ('torch', 'numpy', 'yaml', 'transformers') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_task_loads_and_scores_as_its_entry_says():
+    from recall_cli.data import GLUE_FOLDERS, GLUE_TASKS
+    from recall_cli.metrics import compute_metrics
+    from recall_cli.recipe import GLUE_TASK_NAMES
+
+    assert GLUE_TASK_NAMES == tuple(GLUE_TASKS) == tuple(names.TASKS)
+    for name, task in names.TASKS.items():
+        spec = GLUE_TASKS[name]
+        assert (spec.text_fields, spec.label_field, spec.num_labels) == (task.text_fields, task.label_field, task.num_labels)
+        assert GLUE_FOLDERS[name] == task.folder
+        labels = np.array([0, 1, 1, 0]) if task.labels else np.array([0.5, 1.0, 2.0, 3.0])
+        outputs = np.eye(task.num_labels)[labels] if task.labels else labels[:, None]
+        scores = compute_metrics(spec, outputs, labels)
+        base = {"accuracy"} if task.labels else {"pearson", "spearman"}
+        assert set(scores) == base | set(task.extra_metrics) | {"main"}, name
+        assert scores["main"] == scores[task.main_metric]
+
+
+def test_every_optimizer_is_a_valid_recipe_name_with_a_label():
+    from recall_cli.recipe import build_recipe
+    from recall_cli.report import METHOD_NAMES, group_label
+
+    for name, entry in names.OPTIMIZERS.items():
+        recipe, problems = build_recipe({"model": {"name_or_path": "m"}, "task": {"name": "sst2"},
+                                         "optimizer": {"name": name}, "train": {"max_steps": 1}}, check_files=False)
+        assert not problems and recipe.optimizer.name == name
+        assert METHOD_NAMES[name] == entry.label and group_label({"optimizer.name": name}).startswith(entry.label)
+    order = sorted(names.OPTIMIZERS, key=lambda n: names.OPTIMIZERS[n].report_order)
+    assert order[0] == "adamw" and names.is_vanilla("adamw") and not names.is_vanilla("recadam")
+
+
+def test_one_alias_table_names_sweep_cells_and_resolves_report_keys():
+    from recall_cli.report import resolve_key
+    from recall_cli.sweep import name_part
+
+    for alias in names.KEY_ALIASES:
+        if alias.short:
+            assert resolve_key(alias.short) == alias.key
+        if alias.cell is not None:
+            assert name_part(alias.key, "x1") == f"{alias.cell}x1"
+    assert [name_part("train.seed", "3"), name_part("optimizer.anneal_k", "0.1"), name_part("model.init", "random")] \
+        == ["s3", "k0.1", "random"]
+
+
+def test_every_probe_measure_is_a_report_metric():
+    from recall_cli.probes import PROBES
+    from recall_cli.recipe import PROBE_NAMES
+    from recall_cli.report import PROBE_MEASURES
+
+    assert PROBES == PROBE_NAMES == tuple(names.PROBES)
+    assert PROBE_MEASURES == tuple(m for p in names.PROBES.values() for m in p.measures)
+    assert all(p.reads in ("texts", "pairs") for p in names.PROBES.values())
