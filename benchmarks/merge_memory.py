@@ -2,8 +2,9 @@
 
 N classifiers of one shape (BERT-base by default: 12 layers, hidden 768, 110M parameters, 438 MB in
 float32) are built from a config (random weights, each copy perturbed: memory needs no real weights),
-saved with save_pretrained, and merged with N = 2, 4, 8. Each merge runs in its own fresh process
-(so that its peak is its own) that reports its peak RSS (VmHWM, reset after the imports with /proc/self/clear_refs,
+saved with save_pretrained, and merged with N = 2, 4, 8 by recall_cli.merge.run_merge, the function
+`recall merge` calls (RECALL with --samples FILE --clusters 4 --pool 16 --device cpu). Each merge runs
+in its own fresh process (so that its peak is its own) that reports its peak RSS (VmHWM, reset after the imports with /proc/self/clear_refs,
 so the peak is the merge's own above the RSS the imports leave). The result is printed
 in units of one model's size on disk.
 
@@ -33,6 +34,9 @@ _CHILD = r"""
 import json, sys
 from pathlib import Path
 from recall_cli import merge as m
+# run_merge imports the engine (torch, safetensors) on first use: imported here, it stays in the baseline
+from recall_cli import runtime  # noqa: F401
+from recall_cli.merge import engine  # noqa: F401
 from transformers import AutoModel, AutoTokenizer  # what a merge imports anyway (the baseline too)
 import sklearn.cluster
 args = json.loads(sys.argv[1])
@@ -48,10 +52,10 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
 after_imports = status("VmRSS:")
 if args["models"]:
-    options = m.MergeOptions(texts=m.samples.read_samples_file(Path(args["samples"])), clusters=4, pool=16, max_seq_length=32)
     # theta* for task arithmetic and TIES: one more model of the same shape (memory needs no real one)
     base = args["base"] if args["method"] in ("task_arithmetic", "ties") else None
-    m.run_merge(args["models"], Path(args["out"]), args["method"], options, base=base)
+    options = {"samples": args["samples"], "clusters": 4, "pool": 16, "base": base}
+    m.run_merge(args["models"], Path(args["out"]), args["method"], options, device="cpu")  # what `recall merge` runs
 print(json.dumps({"after_imports_kb": after_imports, "peak_kb": status("VmHWM:")}))
 """
 

@@ -1,15 +1,21 @@
-"""`recall merge`: thin like cli.py. Parse, call recall_cli.merge, print the weight table (and with
---evaluate the individual-vs-merged scores), and let run_guarded turn known errors into one line."""
+"""`recall merge`: thin like cli.py. Parse, call recall_cli.merge.run_merge, print the weight table
+(and with --evaluate the individual-vs-merged scores), and let run_guarded turn known errors into one line.
+
+The merge methods' options are not written here: each method declares its own (recall_cli/merge/), and
+the command takes every one of them after --method."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import keyword
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
-from .cli_common import EXIT_USAGE, JsonOpt, fail, run_guarded
+from .cli_common import JsonOpt, run_guarded
+from .merge import METHODS, Option, known_options
 
 MERGE_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: fewer than two models, a missing folder, models of "
@@ -25,22 +31,12 @@ def register(app: typer.Typer) -> None:
 def merge(
     models: Annotated[list[str], typer.Argument(help="Run directories (their best/) or save_pretrained folders, oldest first; pkg:MODULE for a packaged model.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="New folder: one model per input under it, plus merge.json.", show_default=False)],
-    method: Annotated[str, typer.Option(help="recall, linear, task_arithmetic or ties.")] = "recall",
-    reference: Annotated[Optional[str], typer.Option(help="RECALL: the newest model, whose task gives the samples (default: the last MODEL).", show_default=False)] = None,
-    samples: Annotated[Optional[Path], typer.Option(help="RECALL: inputs, one per line (tab between a pair's texts).", show_default=False)] = None,
-    task: Annotated[Optional[str], typer.Option(help="RECALL: take the samples from this task's training inputs (default: the reference run's task).", show_default=False)] = None,
-    clusters: Annotated[Optional[int], typer.Option(min=1, help="RECALL: number of typical samples (k-means clusters).", show_default=False)] = None,
-    pool: Annotated[Optional[int], typer.Option(min=1, help="RECALL: inputs drawn before clustering.", show_default=False)] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="RECALL: softmax temperature tau (> 0).", show_default=False)] = None,
-    gamma: Annotated[Optional[str], typer.Option(help="RECALL: RBF gamma per layer: median (heuristic), hidden (1/hidden size) or a number.", show_default=False)] = None,
-    base: Annotated[Optional[str], typer.Option(help="task_arithmetic/ties: theta*, the pretrained model (default: the runs' anchor.safetensors).", show_default=False)] = None,
-    weights: Annotated[Optional[str], typer.Option(help="linear: one weight per model, comma-separated (default: equal).", show_default=False)] = None,
-    lam: Annotated[Optional[float], typer.Option("--lambda", help="task_arithmetic (default 0.5) / ties (default 1): scale of the merged task vector.", show_default=False)] = None,
-    density: Annotated[float, typer.Option(help="ties: fraction of each task vector kept.")] = 0.2,
-    seed: Annotated[int, typer.Option(help="RECALL: seed of the sample pool and k-means.")] = 0,
+    method: Annotated[str, typer.Option(help=f"{', '.join(list(METHODS)[:-1])} or {list(METHODS)[-1]}.")] = "recall",
+    *,  # every method's options come here (_with_method_options)
     device: Annotated[str, typer.Option(help="RECALL representations and --evaluate: auto, cpu or cuda.")] = "auto",
     evaluate: Annotated[bool, typer.Option("--evaluate", help="Score every output and its source model on the source's task.")] = False,
     as_json: JsonOpt = False,
+    **method_options: Any,
 ) -> None:
     """Merge models fine-tuned from one pretrained model into one encoder; every model keeps its head.
 
@@ -50,82 +46,49 @@ def merge(
 
     def go() -> None:
         from . import merge as m
-        from .runtime import resolve_device
 
-        if temperature is not None and temperature <= 0:
-            fail(f"--temperature {temperature:g}: the softmax temperature must be > 0 (e.g. {m.DEFAULT_TEMPERATURE:g})", EXIT_USAGE)
-        if samples is not None and task is not None:
-            fail("give --samples or --task, not both", EXIT_USAGE)
-        m.engine.check_out(out)
-        texts = source = None
-        if samples is not None:
-            texts, source = m.samples.read_samples_file(samples), str(samples)
-        parsed_weights = _parse_weights(weights)
-        sources = m.open_sources(models)
-        max_len = 128
-        if method == "recall" and texts is None:
-            ref = sources[m.engine.find_reference(sources, reference)]
-            texts, source, max_len = m.samples.task_samples(task, ref)
-        elif method == "recall":
-            ref = sources[m.engine.find_reference(sources, reference)]
-            max_len = int(((ref.recipe or {}).get("task") or {}).get("max_seq_length", 128))
-        options = m.MergeOptions(
-            reference=reference, texts=texts, samples_source=source,
-            clusters=clusters or m.DEFAULT_CLUSTERS, pool=pool or m.DEFAULT_POOL,
-            temperature=temperature or m.DEFAULT_TEMPERATURE, gamma=_parse_gamma(gamma),
-            max_seq_length=max_len, weights=parsed_weights, lam=lam, density=density, seed=seed,
-            device=resolve_device(device),
-        )
-        chosen, record = m.build_method(method, sources, options)
-        anchors = m.engine.base_anchors(sources, base) if chosen.needs_base else None
-        result = m.merge(sources, chosen, out, anchors=anchors, record=record)
-        scores = _evaluate(result, sources, device) if evaluate else None
+        given = {name: method_options[_parameter_name(name)] for name in known_options()}
+        merged = m.run_merge(models, out, method, given, device=device)
+        scores = m.score_outputs(merged, device) if evaluate else None
         if as_json:
-            typer.echo(json.dumps({**result.record, **({"scores": scores} if scores else {})}, indent=2))
+            typer.echo(json.dumps({**merged.result.record, **({"scores": scores} if scores else {})}, indent=2))
             return
-        _print(result, scores)
+        _print(merged.result, scores)
 
     run_guarded(go, interrupted_hint=None)
 
 
-def _parse_weights(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    from .merge import MergeError
-
-    try:
-        return tuple(float(w) for w in text.split(","))
-    except ValueError:
-        raise MergeError(f"--weights {text}: give numbers separated by commas, one per model (e.g. 0.5,0.5)") from None
+# --help lists the options in the order they had before the methods declared them; an option that a
+# new method brings comes after these, in the registry's order.
+_HELP_ORDER = ("reference", "samples", "task", "clusters", "pool", "temperature", "gamma", "base", "weights",
+               "lambda", "density", "seed")
 
 
-def _parse_gamma(text: str | None):
-    from .merge import DEFAULT_GAMMA, MergeError
-
-    if text is None or text in ("median", "hidden"):
-        return text or DEFAULT_GAMMA
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise MergeError(f"--gamma {text}: use median, hidden or a positive number")
-    return value
+def _parameter_name(option: str) -> str:
+    return option + "_" if keyword.iskeyword(option) else option  # lambda -> lambda_
 
 
-def _evaluate(result, sources, device: str) -> list[dict]:
-    """Each source with a known task scored alone and merged, on that task's dev split."""
-    from .evaluate import evaluate_checkpoint
+def _parameter(option: Option) -> inspect.Parameter:
+    """One option as typer reads a parameter. Not given, it is None (the method's default applies),
+    except where --help shows the default."""
+    kind = option.type if option.show_default else option.type | None
+    info = typer.Option(option.flag, help=option.help, show_default=option.show_default, min=option.min)
+    return inspect.Parameter(_parameter_name(option.name), inspect.Parameter.KEYWORD_ONLY,
+                             default=option.default if option.show_default else None, annotation=Annotated[kind, info])
 
-    rows = []
-    for s in sources:
-        if s.task is None or not s.head:
-            continue
-        alone = evaluate_checkpoint(s.run_dir or s.folder, device=device)
-        merged = evaluate_checkpoint(result.outputs[s.name], device=device)
-        rows.append({"model": s.name, "task": alone["task"], "metric": "main",
-                     "individual": alone["metrics"]["main"], "merged": merged["metrics"]["main"]})
-    return rows
+
+def _with_method_options(command):
+    """``command`` with every merge method's options after --method, in the signature typer reads."""
+    signature = inspect.signature(command, eval_str=True)
+    fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    at = [p.name for p in fixed].index("method") + 1
+    order = {name: i for i, name in enumerate(_HELP_ORDER)}
+    shown = sorted(known_options().values(), key=lambda o: order.get(o.name, len(order)))
+    command.__signature__ = signature.replace(parameters=fixed[:at] + [_parameter(o) for o in shown] + fixed[at:])
+    return command
+
+
+_with_method_options(merge)
 
 
 def _print(result, scores) -> None:

@@ -1,99 +1,161 @@
 """`recall merge`: fine-tuned models of one pretrained model fused into one encoder, layer by layer.
 
-    io.py              lazy safetensors reads; parameter names -> layers; compatibility checks
-    base.py            the interface every method implements (fuse one tensor's N versions)
+    base.py            what a method is: the fusion interface, and Option (one setting a method reads)
     linear.py          weighted average (WiSE-FT with the pretrained model among the inputs)
     task_arithmetic.py theta* + lambda * sum of task vectors
     ties.py            trim, elect sign, disjoint mean
     recall.py          RECALL: per-layer weights from representation similarity (fusion = linear)
+    samples.py         where RECALL's typical samples come from (a file, or a task's training inputs)
+    io.py              lazy safetensors reads; parameter names -> layers; compatibility checks
     engine.py          the layer-by-layer loop and the output folders
 
-``METHODS`` maps a name to a builder taking the opened sources and the options; RECALL's builder is
-the only one that looks at data.
+A method is a class in its own file that declares its ``options`` and ``build``s itself from the
+opened models and their values (base.MethodSpec); ``METHODS`` lists them, and `recall merge` shows
+every option they declare. Adding a method is its file and one entry in ``METHODS``.
+
+``run_merge`` is the whole `recall merge` (the command and benchmarks/merge_memory.py call it).
+Importing this package is torch-free (`recall --help` reads the options); the engine comes with
+the first merge.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import samples
-from .base import MergeMethod
-from .engine import MERGE_RECORD, MergeResult, base_anchors, find_reference, merge, open_sources
-from .io import SOURCE_RECIPE_FILE, MergeError, Source
+from ..errors import MergeError
+from .base import MergeMethod, MethodSpec, Option
 from .linear import Linear
-from .recall import DEFAULT_CLUSTERS, DEFAULT_GAMMA, DEFAULT_POOL, DEFAULT_TEMPERATURE, recall_weights
+from .recall import Recall
 from .task_arithmetic import TaskArithmetic
 from .ties import Ties
 
+if TYPE_CHECKING:
+    from .engine import MergeResult
+    from .io import Source
+
 __all__ = [
-    "MERGE_RECORD", "METHODS", "SOURCE_RECIPE_FILE", "MergeError", "MergeMethod", "MergeOptions", "MergeResult",
-    "Source", "build_method", "merge", "open_sources",
+    "MERGE_RECORD", "METHODS", "MergeError", "MergeMethod", "MergeResult", "Merged", "MethodSpec", "Option",
+    "Source", "known_options", "merge", "method_spec", "open_sources", "parse_options", "run_merge", "score_outputs",
 ]
 
-
-@dataclass(frozen=True)
-class MergeOptions:
-    reference: str | None = None
-    texts: list[tuple[str, ...]] | None = None  # RECALL's sample pool
-    samples_source: str | None = None
-    clusters: int = DEFAULT_CLUSTERS
-    pool: int = DEFAULT_POOL
-    temperature: float = DEFAULT_TEMPERATURE
-    gamma: str | float = DEFAULT_GAMMA
-    max_seq_length: int = 128
-    weights: tuple[float, ...] | None = None
-    lam: float | None = None
-    density: float = 0.2
-    seed: int = 0
-    device: Any = None
+METHODS: dict[str, type[MethodSpec]] = {spec.name: spec for spec in (Recall, Linear, TaskArithmetic, Ties)}
 
 
-def _linear(sources: list[Source], o: MergeOptions) -> tuple[MergeMethod, dict[str, Any]]:
-    weights = o.weights or tuple(1.0 / len(sources) for _ in sources)
-    if len(weights) != len(sources):
-        raise MergeError(f"--weights has {len(weights)} values for {len(sources)} models: give one per model")
-    return Linear(weights), {}
-
-
-def _task_arithmetic(sources: list[Source], o: MergeOptions) -> tuple[MergeMethod, dict[str, Any]]:
-    return TaskArithmetic(0.5 if o.lam is None else o.lam), {}
-
-
-def _ties(sources: list[Source], o: MergeOptions) -> tuple[MergeMethod, dict[str, Any]]:
-    return Ties(1.0 if o.lam is None else o.lam, o.density), {}
-
-
-def _recall(sources: list[Source], o: MergeOptions) -> tuple[MergeMethod, dict[str, Any]]:
-    ref = find_reference(sources, o.reference)
-    method, report = recall_weights(
-        sources, ref, o.texts or [], clusters=o.clusters, pool=o.pool, temperature=o.temperature, gamma=o.gamma,
-        max_seq_length=o.max_seq_length, seed=o.seed, device=o.device,
-    )
-    method.name = "recall"
-    return method, {"reference": sources[ref].name, "samples_source": o.samples_source, **report}
-
-
-METHODS: dict[str, Callable[[list[Source], MergeOptions], tuple[MergeMethod, dict[str, Any]]]] = {
-    "recall": _recall,
-    "linear": _linear,
-    "task_arithmetic": _task_arithmetic,
-    "ties": _ties,
-}
-
-
-def build_method(name: str, sources: list[Source], options: MergeOptions) -> tuple[MergeMethod, dict[str, Any]]:
+def method_spec(name: str) -> type[MethodSpec]:
     if name not in METHODS:
         raise MergeError(f"--method {name}: use one of {', '.join(METHODS)}")
-    return METHODS[name](sources, options)
+    return METHODS[name]
 
 
-def run_merge(args: list[str], out, method_name: str, options: MergeOptions, base: str | None = None) -> MergeResult:
-    """Open, check, compute the method's weights, fuse and write: the whole `recall merge`."""
-    from .engine import check_out
+def known_options() -> dict[str, Option]:
+    """Every method's options by name, once each, in the registry's order, as `recall merge` shows
+    them: one that several methods read (--base, --lambda) names them all, and each one's default
+    where their defaults differ (then the command line's default is None: each method takes its own)."""
+    readers: dict[str, list[tuple[type[MethodSpec], Option]]] = {}
+    for spec in METHODS.values():
+        for option in spec.options:
+            readers.setdefault(option.name, []).append((spec, option))
+    shown = {}
+    for name, uses in readers.items():
+        first = uses[0][1]
+        if any((o.type, o.help, o.parse, o.min, o.excludes) != (first.type, first.help, first.parse, first.min, first.excludes)
+               for _, o in uses):
+            raise TypeError(f"the methods that read {first.flag} declare it differently: give them one declaration")
+        if all(o.default == first.default for _, o in uses):
+            shown[name] = replace(first, help=f"{'/'.join(s.label for s, _ in uses)}: {first.help}")
+        else:
+            defaults = " / ".join(f"{s.label} (default {_format(o.default)})" for s, o in uses)
+            shown[name] = replace(first, help=f"{defaults}: {first.help}", default=None, show_default=False)
+    return shown
 
-    check_out(out)
-    sources = open_sources(args)
-    method, record = build_method(method_name, sources, options)
-    anchors = base_anchors(sources, base) if method.needs_base else None
-    return merge(sources, method, out, anchors=anchors, record=record)
+
+def _format(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def parse_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given (a value of None is not given), checked whatever the method, as the
+    command line always has: options that exclude each other first, then each value's min and parse."""
+    known = known_options()
+    for name in given:
+        if name not in known:
+            raise MergeError(f"unknown merge option {name}: use one of {', '.join(known)}")
+    given = {name: value for name, value in given.items() if value is not None}
+    for name in given:
+        other = known[name].excludes
+        if other is not None and other in given:
+            raise MergeError(f"give {known[name].flag} or {known[other].flag}, not both")
+    values = {}
+    for name, option in known.items():
+        if name not in given:
+            continue
+        value = given[name]
+        if option.min is not None and value < option.min:
+            raise MergeError(f"{option.flag} {value}: use a number >= {option.min}")
+        values[name] = option.parse(value) if option.parse is not None else value
+    return values
+
+
+class Merged(NamedTuple):
+    result: MergeResult  # the output folder, merge.json's record, one output folder per input
+    sources: list[Source]  # the inputs as opened
+
+
+def run_merge(
+    models: Sequence[str],
+    out: Path | str,
+    method: str = "recall",
+    options: Mapping[str, Any] | None = None,
+    *,
+    device: str = "auto",
+) -> Merged:
+    """The whole `recall merge`: check the options, open and check the models, build the method
+    (RECALL: choose the samples, as --samples, --task or the reference run's task says, and compute
+    the weights), fuse, and write OUT/<name>/ per model plus OUT/merge.json.
+
+    ``options`` maps names of ``known_options()`` to values as the command line gives them (a path for
+    samples, "0.5,0.5" for weights); an option not given takes the method's default. ``device``
+    (auto, cpu or cuda) is where RECALL computes representations. Problems raise MergeError (or the
+    resolver's and the device's errors) with the line to print; nothing is written then."""
+    spec = method_spec(method)
+    given = parse_options(options or {})
+    from ..runtime import resolve_device
+    from . import engine
+
+    out = Path(out)
+    engine.check_out(out)
+    sources = engine.open_sources(list(models))
+    values = {option.name: given.get(option.name, option.default) for option in spec.options}
+    fuser, record = spec.build(sources, values, device=resolve_device(device))
+    anchors = engine.base_anchors(sources, values.get("base")) if fuser.needs_base else None
+    return Merged(engine.merge(sources, fuser, out, anchors=anchors, record=record), sources)
+
+
+def score_outputs(merged: Merged, device: str = "auto") -> list[dict[str, Any]]:
+    """Each input with a known task and a head scored alone and merged, on that task's dev split."""
+    from ..evaluate import evaluate_checkpoint
+
+    rows = []
+    for s in merged.sources:
+        if s.task is None or not s.head:
+            continue
+        alone = evaluate_checkpoint(s.run_dir or s.folder, device=device)
+        merged_score = evaluate_checkpoint(merged.result.outputs[s.name], device=device)
+        rows.append({"model": s.name, "task": alone["task"], "metric": "main",
+                     "individual": alone["metrics"]["main"], "merged": merged_score["metrics"]["main"]})
+    return rows
+
+
+# The engine's names, imported on first use (they bring torch and safetensors).
+_LAZY = {"MERGE_RECORD": "engine", "MergeResult": "engine", "merge": "engine", "open_sources": "engine",
+         "Source": "io", "SOURCE_RECIPE_FILE": "io"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,14 +8,25 @@ The versions are read when the method asks for them, so that memory holds the me
 one tensor, not N: iterating reads one model's tensor at a time (enough for a weighted sum), and
 ``chunks()`` yields a range of rows of all N versions at once, sized by the caller (for methods that
 compare the N versions entry by entry, like TIES). A plain list of tensors works as well (tests).
+
+A method also says how it is built: its ``options`` (each an ``Option``: name, type, default, help,
+check) and ``build(sources, values, device=...)``, which returns the rule above and what merge.json
+records about it. The registry (``recall_cli.merge.METHODS``) lists the methods.
+
+Torch-free to import, like every method file: the command line reads the options when it starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from torch import Tensor
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from .io import Source
 
 
 class Versions(Protocol):
@@ -62,4 +73,46 @@ class MergeMethod(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Its settings, for merge.json."""
+        ...
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting a method reads: ``recall merge --NAME VALUE``, and NAME in run_merge's options.
+
+    ``help`` says what it does without naming the method (the command line prefixes the method's
+    label). ``default`` is what the method reads when the option is not given; ``show_default`` puts it
+    in --help. ``parse`` checks a given value and returns what the method reads (raising MergeError
+    with the fix); like ``min``, it runs on every option given, whatever the method."""
+
+    name: str
+    type: type  # what the command line reads: str, int, float or Path
+    help: str
+    default: Any = None
+    show_default: bool = False
+    min: int | None = None
+    parse: Callable[[Any], Any] | None = None
+    excludes: str | None = None  # another option that cannot be given with this one
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+# theta*, for methods built on task vectors (needs_base): the engine reads it, each such method declares it.
+BASE = Option("base", str, "theta*, the pretrained model (default: the runs' anchor.safetensors).")
+
+
+class MethodSpec(Protocol):
+    """What the registry holds: a method's names, its options and how it is built from them."""
+
+    name: str  # --method NAME, and merge.json's "method"
+    label: str  # how --help names it ("RECALL")
+    options: tuple[Option, ...]
+
+    @classmethod
+    def build(cls, sources: list[Source], values: Mapping[str, Any], *,
+              device: torch.device | None = None) -> tuple[MergeMethod, dict[str, Any]]:
+        """The method ready to fuse ``sources``, from ``values`` (every one of its options, defaults
+        filled in), and what merge.json records beyond ``describe()``."""
         ...

@@ -8,12 +8,16 @@ fusion is this method with the weights it computes per layer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from ..errors import MergeError
+from .base import Option
 
-from .io import MergeError
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from .io import Source
 
 
 def normalise(weights: Sequence[float]) -> list[float]:
@@ -23,9 +27,29 @@ def normalise(weights: Sequence[float]) -> list[float]:
     return [float(w) / total for w in weights]
 
 
+def parse_weights(text: str | Sequence[float]) -> tuple[float, ...]:
+    """--weights 0.5,0.5 (or a sequence of numbers, from Python)."""
+    if not isinstance(text, str):
+        return tuple(float(w) for w in text)
+    try:
+        return tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise MergeError(f"--weights {text}: give numbers separated by commas, one per model (e.g. 0.5,0.5)") from None
+
+
 class Linear:
     name = "linear"
+    label = "linear"
     needs_base = False
+    options = (Option("weights", str, "one weight per model, comma-separated (default: equal).", parse=parse_weights),)
+
+    @classmethod
+    def build(cls, sources: list[Source], values: Mapping[str, Any], *,
+              device: torch.device | None = None) -> tuple[Linear, dict[str, Any]]:
+        weights = values["weights"] or tuple(1.0 / len(sources) for _ in sources)
+        if len(weights) != len(sources):
+            raise MergeError(f"--weights has {len(weights)} values for {len(sources)} models: give one per model")
+        return cls(weights), {}
 
     def __init__(self, weights: Sequence[float] | Mapping[int, Sequence[float]]):
         if isinstance(weights, Mapping):
@@ -39,6 +63,8 @@ class Linear:
         return self.per_layer[layer] if self.per_layer is not None else self.weights
 
     def fuse(self, tensors: Iterable[Tensor], layer: int, base: Tensor | None = None) -> Tensor:
+        import torch
+
         weights = self.weights_for(layer)
         out = None
         for w, t in zip(weights, tensors):  # a running sum: one model's tensor read at a time

@@ -16,13 +16,20 @@ Only the weights are computed here; fusion is the linear method with these weigh
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
-from .io import MergeError, Source
+from ..errors import MergeError
+from . import samples
+from .base import Option
 from .linear import Linear
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from .io import Source
 
 DEFAULT_CLUSTERS = 16
 DEFAULT_POOL = 512
@@ -30,9 +37,60 @@ DEFAULT_TEMPERATURE = 0.05
 DEFAULT_GAMMA = "hidden"
 
 
-@torch.no_grad()
+def check_temperature(value: float) -> float:
+    if value <= 0:
+        raise MergeError(f"--temperature {value:g}: the softmax temperature must be > 0 (e.g. {DEFAULT_TEMPERATURE:g})")
+    return value
+
+
+def parse_gamma(value: str | float) -> str | float:
+    """--gamma: median, hidden or a positive number."""
+    if value in ("median", "hidden"):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number <= 0:
+        raise MergeError(f"--gamma {value}: use median, hidden or a positive number")
+    return number
+
+
+class Recall(Linear):
+    """RECALL's merge: the linear method with the weights per layer that ``build`` computes."""
+
+    name = "recall"
+    label = "RECALL"
+    options = (
+        Option("reference", str, "the newest model, whose task gives the samples (default: the last MODEL)."),
+        Option("samples", Path, "inputs, one per line (tab between a pair's texts).",
+               parse=samples.samples_option, excludes="task"),
+        Option("task", str, "take the samples from this task's training inputs (default: the reference run's task)."),
+        Option("clusters", int, "number of typical samples (k-means clusters).", default=DEFAULT_CLUSTERS, min=1),
+        Option("pool", int, "inputs drawn before clustering.", default=DEFAULT_POOL, min=1),
+        Option("temperature", float, "softmax temperature tau (> 0).", default=DEFAULT_TEMPERATURE, parse=check_temperature),
+        Option("gamma", str, "RBF gamma per layer: median (heuristic), hidden (1/hidden size) or a number.",
+               default=DEFAULT_GAMMA, parse=parse_gamma),
+        Option("seed", int, "seed of the sample pool and k-means.", default=0, show_default=True),
+    )
+
+    @classmethod
+    def build(cls, sources: list[Source], values: Mapping[str, Any], *,
+              device: torch.device | None = None) -> tuple[Recall, dict[str, Any]]:
+        from .engine import find_reference
+
+        ref = find_reference(sources, values["reference"])
+        texts, source, max_seq_length = samples.choose(values["samples"], values["task"], sources[ref])
+        method, report = recall_weights(
+            sources, ref, texts, clusters=values["clusters"], pool=values["pool"], temperature=values["temperature"],
+            gamma=values["gamma"], max_seq_length=max_seq_length, seed=values["seed"], device=device,
+        )
+        return method, {"reference": sources[ref].name, "samples_source": source, **report}
+
+
 def layer_representations(folder, features, batch_size: int, device: torch.device, pad_id: int) -> torch.Tensor:
     """(layers, samples, hidden): each layer's hidden states mean-pooled over non-padding tokens."""
+    import torch
     from transformers import AutoModel
 
     from ..data import collate
@@ -41,19 +99,21 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     quiet_transformers()
     model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
     pooled = []
-    for start in range(0, len(features), batch_size):
-        batch = collate(features, list(range(start, min(start + batch_size, len(features)))), pad_id)
-        batch.pop("labels")
-        batch = {k: v.to(device) for k, v in batch.items()}
-        hidden = model(**batch, output_hidden_states=True).hidden_states
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        pooled.append(torch.stack([(h.float() * mask).sum(1) / mask.sum(1) for h in hidden]).cpu())
+    with torch.no_grad():
+        for start in range(0, len(features), batch_size):
+            batch = collate(features, list(range(start, min(start + batch_size, len(features)))), pad_id)
+            batch.pop("labels")
+            batch = {k: v.to(device) for k, v in batch.items()}
+            hidden = model(**batch, output_hidden_states=True).hidden_states
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            pooled.append(torch.stack([(h.float() * mask).sum(1) / mask.sum(1) for h in hidden]).cpu())
     del model
     return torch.cat(pooled, dim=1)
 
 
 def typical_samples(embeddings: np.ndarray, clusters: int, seed: int) -> list[int]:
     """Indices of the inputs nearest each k-means++ centroid of L2-normalised ``embeddings``."""
+    import numpy as np
     from sklearn.cluster import KMeans
 
     x = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True).clip(min=1e-12)
@@ -70,6 +130,8 @@ def gammas(reps: list[torch.Tensor], ref: int, gamma: str | float) -> list[float
     """gamma_n per layer. "median": 1 / median over samples and non-reference models of the squared
     distance (the median heuristic: a typical distance gives exp(-1) at every layer, whatever the
     layer's scale). "hidden": 1 / hidden size. A number: that gamma at every layer."""
+    import torch
+
     layers, _, hidden = reps[ref].shape
     if isinstance(gamma, (int, float)) or gamma not in ("median", "hidden"):
         value = float(gamma)
@@ -89,6 +151,9 @@ def gammas(reps: list[torch.Tensor], ref: int, gamma: str | float) -> list[float
 
 def similarities(reps: list[torch.Tensor], ref: int, gamma_n: list[float]) -> np.ndarray:
     """s[n, i] = mean_x exp(-gamma_n ||r_ref^n(x) - r_i^n(x)||^2)."""
+    import numpy as np
+    import torch
+
     layers = reps[ref].shape[0]
     s = np.zeros((layers, len(reps)))
     for i, r in enumerate(reps):
@@ -98,6 +163,8 @@ def similarities(reps: list[torch.Tensor], ref: int, gamma_n: list[float]) -> np
 
 
 def softmax_weights(s: np.ndarray, temperature: float) -> np.ndarray:
+    import numpy as np
+
     z = s / temperature
     z = z - z.max(axis=1, keepdims=True)
     e = np.exp(z)
@@ -117,8 +184,10 @@ def recall_weights(
     batch_size: int = 32,
     seed: int = 0,
     device: torch.device | None = None,
-) -> tuple[Linear, dict[str, Any]]:
+) -> tuple[Recall, dict[str, Any]]:
     """The linear method with RECALL's per-layer weights, and what merge.json records about them."""
+    import torch
+
     from ..data import Examples, tokenize
     from ..model import load_tokenizer
 
@@ -161,4 +230,4 @@ def recall_weights(
             for n in range(s.shape[0])
         ],
     }
-    return Linear({n: w[n].tolist() for n in range(w.shape[0])}), report
+    return Recall({n: w[n].tolist() for n in range(w.shape[0])}), report

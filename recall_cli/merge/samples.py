@@ -4,9 +4,12 @@ the reference model's own task, as its run recorded it). Labels are never read."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .io import MergeError, Source
+from ..errors import MergeError
+
+if TYPE_CHECKING:
+    from .io import Source
 
 
 def read_samples_file(path: Path) -> list[tuple[str, ...]]:
@@ -22,6 +25,21 @@ def read_samples_file(path: Path) -> list[tuple[str, ...]]:
     if not rows:
         raise MergeError(f"--samples {path}: the file is empty: write one input per line")
     return rows
+
+
+def samples_option(path: Path | str) -> tuple[list[tuple[str, ...]], str]:
+    """--samples FILE: its inputs, and where they came from (merge.json's samples_source)."""
+    return read_samples_file(Path(path)), str(path)
+
+
+def choose(given: tuple[list[tuple[str, ...]], str] | None, task: str | None,
+           reference: Source) -> tuple[list[tuple[str, ...]], str, int]:
+    """RECALL's inputs, where they came from and their max_seq_length: --samples's (at the reference
+    run's max_seq_length), else ``task``'s training inputs (by default the reference run's task)."""
+    if given is None:
+        return task_samples(task, reference)
+    texts, source = given
+    return texts, source, int(((reference.recipe or {}).get("task") or {}).get("max_seq_length", 128))
 
 
 def _task_config(task: str, recipe: dict[str, Any] | None):

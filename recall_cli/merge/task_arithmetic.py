@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from .base import BASE, Option
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from .io import Source
 
 
 class TaskArithmetic:
     name = "task_arithmetic"
+    label = "task_arithmetic"
     needs_base = True
+    options = (BASE, Option("lambda", float, "scale of the merged task vector.", default=0.5))
+
+    @classmethod
+    def build(cls, sources: list[Source], values: Mapping[str, Any], *,
+              device: torch.device | None = None) -> tuple[TaskArithmetic, dict[str, Any]]:
+        return cls(values["lambda"]), {}
 
     def __init__(self, lam: float):
         self.lam = float(lam)
 
     def fuse(self, tensors: Iterable[Tensor], layer: int, base: Tensor | None) -> Tensor:
+        import torch
+
         base = base.float()
         vectors = torch.zeros_like(base)
         for t in tensors:  # a running sum: one model's tensor read at a time

@@ -14,14 +14,17 @@ not depend on how the tensor is cut into chunks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from ..errors import MergeError
+from .base import BASE, Option, Versions, as_versions
 
-from .base import Versions, as_versions
-from .io import MergeError
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from .io import Source
 
 
 class _Threshold:
@@ -39,6 +42,8 @@ class _Threshold:
         self.seen = 0
 
     def keep(self, magnitudes: Tensor) -> Tensor:
+        import torch
+
         equal = magnitudes == self.value
         rank = torch.cumsum(equal, dim=0) + self.seen
         self.seen += int(equal.sum())
@@ -51,6 +56,8 @@ def _kept_count(n: int, density: float) -> int:
 
 def trim(vectors: Tensor, density: float) -> Tensor:
     """Rows of ``vectors`` (one task vector each, flattened) with all but the top-k magnitudes zeroed."""
+    import torch
+
     n = vectors.shape[1]
     k = _kept_count(n, density)
     if k >= n:
@@ -60,6 +67,8 @@ def trim(vectors: Tensor, density: float) -> Tensor:
 
 
 def _disjoint_mean(trimmed: Tensor) -> Tensor:
+    import torch
+
     elected = torch.sign(trimmed.sum(dim=0))
     agree = (torch.sign(trimmed) == elected) & (trimmed != 0)
     count = agree.sum(dim=0).clamp(min=1)
@@ -73,7 +82,18 @@ def ties_merge(vectors: Tensor, density: float) -> Tensor:
 
 class Ties:
     name = "ties"
+    label = "ties"
     needs_base = True
+    options = (
+        BASE,
+        Option("lambda", float, "scale of the merged task vector.", default=1.0),
+        Option("density", float, "fraction of each task vector kept.", default=0.2, show_default=True),
+    )
+
+    @classmethod
+    def build(cls, sources: list[Source], values: Mapping[str, Any], *,
+              device: torch.device | None = None) -> tuple[Ties, dict[str, Any]]:
+        return cls(values["lambda"], values["density"]), {}
 
     def __init__(self, lam: float, density: float):
         if not 0 < density <= 1:
@@ -81,6 +101,8 @@ class Ties:
         self.lam, self.density = float(lam), float(density)
 
     def fuse(self, tensors: Versions | Sequence[Tensor], layer: int, base: Tensor | None) -> Tensor:
+        import torch
+
         versions = as_versions(tensors)
         base = base.float()
         flat_base = base.reshape(-1)
