@@ -21,6 +21,7 @@ import yaml
 
 from . import rundir
 from .errors import RecordError  # noqa: F401 - raised here, importable from here
+from .names import OPTIMIZERS
 from .rundir import RECORD_SECTION, Located, Summary
 # Record keys that name files: they differ per seed and must not split a setting into one row per run
 # (report.NOT_SETTINGS takes them from here).
@@ -64,12 +65,12 @@ def _merge_section(folder: Path, merge: dict[str, Any] | None) -> dict[str, Any]
     return section
 
 
-METHOD_KINDS = {"adamw": "vanilla", "recadam": "recadam", "adam_coupled": "adam_coupled"}
+METHOD_KINDS = {name: o.kind for name, o in OPTIMIZERS.items()}  # how a merge input was trained
 
 
 def _kind_of(item: dict[str, Any]) -> str:
     """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
-    from .recipe import read_yaml
+    from .recipe import OptimizerConfig, read_yaml
 
     if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
         return METHOD_KINDS.get(item["optimizer"], item["optimizer"])
@@ -78,7 +79,7 @@ def _kind_of(item: dict[str, Any]) -> str:
     model = Path(str(item.get("model") or ""))
     for config in (model / rundir.CONFIG_FILE, model.parent / rundir.CONFIG_FILE, model / rundir.SOURCE_RECIPE_FILE):
         if config.is_file():
-            name = ((read_yaml(config).get("optimizer") or {}).get("name")) or "recadam"
+            name = ((read_yaml(config).get("optimizer") or {}).get("name")) or OptimizerConfig.name
             return METHOD_KINDS.get(name, name)
     return "fine-tuned"
 

@@ -23,6 +23,7 @@ import torch
 
 from . import checkpoint, data, preflight, rundir
 from .distributed import Distributed
+from .names import OPTIMIZERS
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
 from .optim import RecAdam
 from .probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
@@ -115,7 +116,7 @@ def build_optimizer(model, anchors, recipe: Recipe, total_steps: int) -> torch.o
         anneal_t0=recipe.anneal_t0_steps(total_steps),
         anneal_w=oc.anneal_w,
         pretrain_cof=oc.pretrain_cof,
-        mode="coupled" if oc.name == "adam_coupled" else "decoupled",
+        mode=OPTIMIZERS[oc.name].mode,
         anchor_dtype=torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else None,
     )
 
