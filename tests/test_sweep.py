@@ -177,16 +177,50 @@ def test_compare_aggregates_the_real_sweep(real_sweep):
     assert "logs" not in table.stderr  # the sweep's own log folder is not a stray run
 
 
-def test_forgetting_figure_of_the_real_sweep(real_sweep, tmp_path):
+def test_forgetting_figure_of_the_real_sweep(real_sweep, tiny_model_dir, tmp_path, monkeypatch):
+    """The figure's curves are the sweep's records: one per k (its 2 seeds pooled) on each of the three
+    panels, each the median over the seeds of what the runs logged at each step."""
+    import matplotlib.figure
+    import matplotlib.image
+    import numpy as np
+
+    drawn = {}  # what each saved figure holds, by file name, read just before it is written
+    savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, fname, *args, **kwargs):
+        drawn[Path(fname).name] = {
+            "title": fig.get_suptitle(),
+            "axes": [(ax.get_title(), [(line.get_label(), np.asarray(line.get_xdata()), np.asarray(line.get_ydata()))
+                                       for line in ax.lines], len(ax.collections)) for ax in fig.axes],
+        }
+        return savefig(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
     _, out, _, _ = real_sweep
     figure = tmp_path / "forgetting.png"
     result = invoke("forgetting", "--run-dir", str(out), "--out", str(figure), "--dpi", "40")
     assert result.exit_code == 0, result.output
-    import matplotlib.image
-
-    assert matplotlib.image.imread(figure).shape[:2] == (160, 520)
+    assert matplotlib.image.imread(figure).shape[:2] == (160, 520)  # 13 x 4 inches at 40 dpi
     for name in CELLS:
         assert name in result.stdout
+
+    # Two figures (the runs have probe records: they get forgetting_probes.png beside forgetting.png).
+    (fig,) = (drawn[name] for name in drawn if "forgetting" in name and "probes" not in name)
+    assert len(drawn) == 2 and any("forgetting_probes" in name for name in drawn), list(drawn)
+    assert fig["title"] == f"MRPC — {tiny_model_dir.name} — 4 runs"
+    assert [title.split(" ")[0] for title, _, _ in fig["axes"]] == ["(a)", "(b)", "(c)"]
+    train = {name: [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()] for name in CELLS}
+    train = {name: [r for r in records if r.get("split") == "train"] for name, records in train.items()}
+    for (title, lines, bands), field in zip(fig["axes"], ("distance", "loss", "lambda")):
+        assert [label for label, _, _ in lines] == ["k=0.1 (n=2)", "k=1 (n=2)"], title
+        assert bands == 2, title  # a min-max band per curve: two seeds each
+        for (label, steps, values), k in zip(lines, ("0.1", "1")):
+            seeds = [{r["step"]: r[field] for r in train[f"k{k}_s{s}"]} for s in (1, 2)]
+            assert steps.tolist() == [2, 4, 6] == sorted(seeds[0]) == sorted(seeds[1]), (title, label)
+            expected = [np.median([seeds[0][t], seeds[1][t]]) for t in (2, 4, 6)]
+            assert values.tolist() == expected, (title, label)
+            if field == "lambda":  # the paper's sigmoid schedule, t0 = 5 in tiny_recipe
+                assert np.allclose(values, 1 / (1 + np.exp(-float(k) * (steps - 5)))), label
 
 
 def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
