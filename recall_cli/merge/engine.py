@@ -13,9 +13,7 @@ leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..rundir import MERGE_RECORD, staged_folder
 from .base import MergeMethod
 from .io import (
     SOURCE_RECIPE_FILE,
@@ -39,7 +38,6 @@ from .io import (
     read_tensors,
 )
 
-MERGE_RECORD = "merge.json"
 # Files of a checkpoint folder that are not weights or training state: config and tokenizer.
 _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 _NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE}
@@ -165,9 +163,8 @@ def merge(
     out = Path(out)
     check_out(out)
     merged = fuse(sources, method, anchors)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    # check_out again before the rename: someone else may have made --out meanwhile.
+    with staged_folder(out, check=lambda: check_out(out)) as staging:
         outputs = {}
         for s in sources:
             _write_output(s, merged, staging / s.name)
@@ -186,9 +183,4 @@ def merge(
             "outputs": {name: str(path) for name, path in outputs.items()},
         }
         (staging / MERGE_RECORD).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
-        check_out(out)  # someone else may have made it meanwhile
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return MergeResult(out, full, outputs)

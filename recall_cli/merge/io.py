@@ -21,13 +21,14 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from .. import checkpoint
+from .. import rundir
 from ..errors import MergeError  # noqa: F401 - raised here, importable from here
 from ..model import ModelLoadError, resolve_name_or_path
+from ..rundir import locate
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-SOURCE_RECIPE_FILE = checkpoint.SOURCE_RECIPE_FILE
+SOURCE_RECIPE_FILE = rundir.SOURCE_RECIPE_FILE
 
 # Weight-shared layers have no per-layer tensors to weigh.
 _SHARED_LAYER_TYPES = {"albert"}
@@ -101,22 +102,12 @@ def open_source(arg: str) -> Source:
         path = Path(resolve_name_or_path(arg)).expanduser()
     except ModelLoadError as exc:
         raise MergeError(str(exc)) from None
-    if not path.is_dir():
-        raise MergeError(f"{arg}: no such run directory or model folder (check the path)")
-    run_dir, folder = None, path
-    if (path / checkpoint.CONFIG_FILE).is_file():
-        run_dir = path
-        folder = checkpoint.find_checkpoint(path, "best") or checkpoint.find_checkpoint(path, "last")
-        if folder is None:
-            raise MergeError(checkpoint.no_checkpoint_message(path))
-    elif (path.parent / checkpoint.CONFIG_FILE).is_file():
-        run_dir = path.parent
-    if not (folder / "config.json").is_file():
-        raise MergeError(f"{arg}: not a model folder (no config.json): give a run directory or a save_pretrained folder")
+    located = locate(path)
+    run_dir, folder = located.run_dir, located.folder
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") in _SHARED_LAYER_TYPES:
         raise MergeError(f"{arg}: {config['model_type']} shares one set of weights across its layers: layer-wise merging does not apply")
-    recipe = _read_recipe(run_dir / checkpoint.CONFIG_FILE) if run_dir else _read_recipe(folder / SOURCE_RECIPE_FILE)
+    recipe = _read_recipe(located.recipe_file) if located.recipe_file else None
 
     files = _tensor_files(folder)
     prefix = _base_prefix(str(config.get("model_type", ""))) + "."
@@ -264,9 +255,9 @@ class Anchor:
 
 
 def anchor_of(source: Source) -> Anchor | None:
-    if source.run_dir is None or not (source.run_dir / checkpoint.ANCHOR_FILE).is_file():
+    if source.run_dir is None or not (source.run_dir / rundir.ANCHOR_FILE).is_file():
         return None
-    file = source.run_dir / checkpoint.ANCHOR_FILE
+    file = source.run_dir / rundir.ANCHOR_FILE
     with safe_open(str(file), "pt") as f:
         keys = list(f.keys())
     prefix = _base_prefix(source.model_type) + "."
