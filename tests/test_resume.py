@@ -85,10 +85,23 @@ def test_resume_of_a_finished_run_changes_nothing(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out",
                                                           train={"max_steps": 4, "eval_every": 0}))
     assert runner.invoke(app, ["finetune", str(recipe), "--plain"]).exit_code == 0
-    before = (tmp_path / "out" / "metrics.jsonl").read_text()
-    again = runner.invoke(app, ["finetune", "--resume", str(tmp_path / "out"), "--plain"])
+    out = tmp_path / "out"
+
+    def files() -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = files()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] is True and summary["steps"] == 4
+    assert {"metrics.jsonl", "summary.json", "best/model.safetensors", "last/model.safetensors"} <= before.keys()
+    again = runner.invoke(app, ["finetune", "--resume", str(out), "--plain"])
     assert again.exit_code == 0, again.output
-    assert (tmp_path / "out" / "metrics.jsonl").read_text() == before
+    after = files()
+    assert after.keys() == before.keys()  # nothing written beside the run, nothing removed
+    # byte for byte: the records, the summary, both checkpoints' weights, and every other file
+    for name in ("metrics.jsonl", "summary.json", "best/model.safetensors", "last/model.safetensors"):
+        assert after[name] == before[name], name
+    assert [name for name in before if after[name] != before[name]] == []
 
 
 def test_resume_refuses_a_folder_that_is_not_a_run(tmp_path):
