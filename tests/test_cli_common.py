@@ -37,3 +37,36 @@ def test_unknown_error_is_one_line_with_exit_1(capsys, monkeypatch):
     assert stopped.value.exit_code == EXIT_FAILURE == 1
     assert capsys.readouterr().err.strip() == (
         "error: ZeroDivisionError: division by zero (set RECALL_DEBUG=1 for the traceback)")
+
+
+def _every_error_class():
+    from recall_cli import errors
+
+    return [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.RecallError)
+            and c is not errors.RecallError]
+
+
+@pytest.mark.parametrize("kind", _every_error_class(), ids=lambda c: c.__name__)
+def test_every_known_error_is_one_line_and_its_documented_code(kind, capsys, monkeypatch):
+    """One table (recall_cli/errors.py) for every command: each class carries the code the README lists."""
+    from recall_cli import errors
+
+    monkeypatch.delenv("RECALL_DEBUG", raising=False)
+    args = {errors.RecipeError: ("r.yaml", ["a", "b"]), errors.TrainingDiverged: (7, float("nan")),
+            errors.Preempted: (7, "runs/x")}.get(kind, ("what is wrong, and the fix",))
+
+    def fails():
+        raise kind(*args)
+
+    with pytest.raises(typer.Exit) as stopped:
+        run_guarded(fails)
+    expected = {errors.TrainingDiverged: 3, errors.Preempted: 143}.get(kind, 2)
+    assert stopped.value.exit_code == expected
+    err = capsys.readouterr().err.strip().splitlines()
+    if kind is errors.RecipeError:
+        assert err == ["error: r.yaml: 2 problems in the recipe:", "  - a", "  - b"]
+    elif kind is errors.Preempted:
+        assert err == ["stopped by SIGTERM after step 7; last/ holds a complete checkpoint: continue with "
+                       "recall finetune --resume runs/x"]
+    else:
+        assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]

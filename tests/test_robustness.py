@@ -13,7 +13,7 @@ import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import checkpoint
+from recall_cli import checkpoint, rundir
 from recall_cli.cli import app
 
 from conftest import tiny_recipe, write_recipe
@@ -123,9 +123,8 @@ def test_swap_when_only_the_old_checkpoint_survived_a_kill(tmp_path):
     old.mkdir()
     (old / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 5}')
     assert checkpoint.find_checkpoint(tmp_path) == old
-    staging = checkpoint.new_staging_dir(tmp_path, "last")
-    (staging / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 10}')
-    checkpoint.swap_into_place(staging, tmp_path / "last")
+    with rundir.staged_folder(tmp_path / "last") as staging:
+        (staging / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 10}')
     assert checkpoint.find_checkpoint(tmp_path) == tmp_path / "last"
     assert json.loads((tmp_path / "last" / checkpoint.TRAINER_STATE_FILE).read_text()) == {"step": 10}
     assert not old.exists() and not staging.exists()
