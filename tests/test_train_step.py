@@ -1,0 +1,58 @@
+"""The training step as a function of the set-up run (recall_cli/train.py, train_setup.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recall_cli import rundir
+from recall_cli.distributed import Distributed
+from recall_cli.progress import Reporter
+from recall_cli.recipe import recipe_from_dict
+from recall_cli.train import micro_batches, optimizer_step, train_step
+from recall_cli.train_setup import prepare, set_up
+
+from conftest import tiny_recipe
+
+
+@pytest.fixture()
+def training(tiny_model_dir, tmp_path):
+    raw = tiny_recipe(tiny_model_dir, tmp_path / "run", train={"grad_accum": 2}, probe={"enabled": False})
+    recipe = recipe_from_dict(raw, "test")
+    prepared = prepare(recipe, Distributed(), resume=False, overwrite=False, reporter=Reporter())
+    return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+
+
+def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_path):
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.iterdir()) == ["anchor.safetensors", "config.yaml", "metrics.jsonl"]
+    assert training.state.step == 0 and training.total_steps == 12 and not training.resumed
+    assert len(training.pairs) == len([n for n, _ in training.model.named_parameters() if n.startswith("bert.")])
+
+
+def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(training, monkeypatch):
+    batches, samples = micro_batches(training)
+    assert (len(batches), samples, training.state.micro_step) == (2, 16, 2)
+    rng = torch.get_rng_state()
+
+    def host_read(*_, **__):
+        raise AssertionError("the step read a tensor on the host")
+
+    with monkeypatch.context() as patch:
+        for name in ("item", "tolist", "__float__"):
+            patch.setattr(torch.Tensor, name, host_read)
+        loss = train_step(training, batches)
+    assert loss.shape == () and loss.device == training.device and not loss.requires_grad
+
+    # The same micro-batches with the same dropout draws, by hand: the mean of the two micro-batch losses.
+    torch.set_rng_state(rng)
+    with torch.no_grad():
+        by_hand = sum(training.model(**batch).loss for batch, _ in batches) / 2
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-6)
+    assert all(p.grad is not None for p in training.params)
+
+    before = [p.detach().clone() for p in training.params]
+    norm = optimizer_step(training)
+    assert torch.isfinite(norm) and norm.item() > 0
+    assert all(p.grad is None for p in training.params)
+    assert any(not torch.equal(b, p) for b, p in zip(before, training.params))
