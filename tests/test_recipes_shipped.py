@@ -69,9 +69,48 @@ def test_the_expected_recipes_are_shipped():
     assert expected <= names, f"missing: {sorted(expected - names)}"
 
 
+# Garbage in one key each: validating the shipped recipe with it must name that key.
+GARBAGE = {
+    "task.name": "glue_sst2",
+    "optimizer.name": "recadamw",
+    "model.init": "pretrained_random",
+    "optimizer.lr": -2e-5,
+    "optimizer.anneal_k": 0,
+    "train.batch_size": 0,
+    "train.precision": "fp8",
+    "train.max_step": 100,  # a misspelled key
+}
+
+
 @pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
 def test_recipe_validates(path):
-    _build(path)
+    from recall_cli.names import OPTIMIZERS
+
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    recipe = _build(path)
+    # The recipe holds what the file says, key by key: nothing dropped, defaulted or coerced to another value.
+    written = recipe_module.flatten(raw)
+    assert written.keys() >= {"model.name_or_path", "task.name", "optimizer.name", "optimizer.lr",
+                              "train.batch_size", "train.max_steps", "output_dir"}
+    for key, value in written.items():
+        section, _, name = key.partition(".")
+        got = getattr(getattr(recipe, section), name) if name else getattr(recipe, section)
+        if isinstance(got, float) and isinstance(value, str):
+            value = float(value)  # YAML 1.1 reads 2e-5 as a string; the recipe takes it as the number
+        assert got == value and isinstance(got, bool) == isinstance(value, bool), (key, got, value)
+    # Named after its file and writing where its name says; a known optimizer; a sane schedule.
+    if path.name != "quickstart.yaml":
+        assert path.stem.rsplit("_", 1)[1] == recipe.task.name
+    assert recipe.output_dir == f"runs/{path.stem}"
+    assert recipe.optimizer.name in OPTIMIZERS
+    assert recipe.optimizer.lr > 0 and recipe.train.batch_size >= 1 and recipe.train.max_steps >= 1
+    assert recipe.train.eval_every <= recipe.train.max_steps and recipe.train.warmup_steps < recipe.train.max_steps
+    # Validation is not a rubber stamp: the same file with garbage in any one key is refused, naming it.
+    for key, value in GARBAGE.items():
+        section, name = key.split(".")
+        bad = {**raw, section: {**raw[section], name: value}}
+        broken, problems = build_recipe(bad, check_files=False)
+        assert broken is None and any(key in problem for problem in problems), (key, problems)
 
 
 @pytest.mark.parametrize("path", ALL, ids=_ids(ALL))
