@@ -124,7 +124,7 @@ def finetune(
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
     from . import data
     from .names import OPTIMIZERS
-    from .optim import anneal_lambda
+    from .optim import anneal_lambda, pull_weight
     from .preflight import for_dry_run
     from .recipe import schedule_warnings
     from .train import plan_total_steps
@@ -147,6 +147,10 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
         plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
                 "global_batch": tc.batch_size * world_size * tc.grad_accum,
                 "lambda": [{"step": t, "lambda": v} for t, v in lambdas.items()]}
+        if lambdas:  # the penalty's weight at the same steps: anneal_w - lambda, never below the floor
+            plan["recall_floor"] = oc.recall_floor
+            plan["penalty_weight"] = [{"step": t, "weight": pull_weight(oc.anneal_w, v, oc.recall_floor)}
+                                      for t, v in lambdas.items()]
         typer.echo(json.dumps({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings,
                                **checks.to_dict()}, indent=2))
     else:
@@ -162,7 +166,13 @@ def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
         typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
                    f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
     if lambdas:
+        oc = recipe.optimizer
         typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
+        if oc.recall_floor > 0:
+            from .optim import pull_weight
+
+            typer.echo(f"# recall penalty weight max({oc.anneal_w:g} - lambda, floor {oc.recall_floor:g}): "
+                       + ", ".join(f"t={t}: {pull_weight(oc.anneal_w, v, oc.recall_floor):.3f}" for t, v in lambdas.items()))
     for message in warnings:
         typer.echo(f"warning: {message}", err=True)
 

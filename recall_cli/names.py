@@ -148,6 +148,7 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
     KeyAlias("optimizer.anneal_w", "w", "w"),
     KeyAlias("optimizer.lr", "lr", "lr"),
     KeyAlias("optimizer.pretrain_cof", "cof", "cof"),
+    KeyAlias("optimizer.recall_floor", "floor", "floor"),
     KeyAlias("optimizer.weight_decay", None, "wd"),
     KeyAlias("optimizer.name", "optimizer", ""),
     KeyAlias("optimizer.anneal_fun", "anneal_fun", ""),

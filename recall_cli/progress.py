@@ -60,8 +60,9 @@ def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, f
 
 
 def train_record(step: int, epoch: float, lr: float, lam: float | None, distance: float,
-                 window: dict[str, float], scaler_enabled: bool) -> dict[str, Any]:
-    """One "train" line of metrics.jsonl, in its documented key order."""
+                 window: dict[str, float], scaler_enabled: bool, penalty_weight: float | None = None) -> dict[str, Any]:
+    """One "train" line of metrics.jsonl, in its documented key order. ``penalty_weight`` (the recall
+    penalty's weight, max(anneal_w - lambda, floor)) is written by runs with a recall_floor."""
     averages = window_fields(window, scaler_enabled)
     return {
         "step": step,
@@ -70,6 +71,7 @@ def train_record(step: int, epoch: float, lr: float, lam: float | None, distance
         "loss": averages.pop("loss"),
         "lr": lr,
         "lambda": 1.0 if lam is None else lam,
+        **({} if penalty_weight is None else {"penalty_weight": penalty_weight}),
         "distance": distance,
         **averages,
     }

@@ -146,6 +146,7 @@ class Summary:
     anneal_k: float | None = None
     anneal_t0: float | None = None
     pretrain_cof: float | None = None
+    recall_floor: float | None = None  # None: a run made before the floor existed (it had none)
     lr: float | None = None
     steps: int = 0
     finished: bool = False

@@ -173,8 +173,9 @@ class _Loop:
             self.reporter.warn(f"step {step}: the replicas' distances to theta* differ across ranks "
                                "(a non-deterministic kernel?); logging rank 0's")
         epoch = round(t.state.micro_step / t.order.per_epoch, 4)
+        floored = t.recipe.optimizer.recall_floor > 0
         record = train_record(step, epoch, lr, t.optimizer.current_lambda, distance, t.state.window,
-                              t.scaler.is_enabled())
+                              t.scaler.is_enabled(), t.optimizer.current_penalty_weight if floored else None)
         self.writer.write(record)
         self.reporter.train(record)
         t.state.window.update(empty_window())
@@ -231,8 +232,10 @@ def start_info(t: Training) -> dict[str, Any]:
     another is otherwise a surprise."""
     tc = t.recipe.train
     shown = t.precision if t.precision_reason == "set in the recipe" else f"{t.precision} ({t.precision_reason})"
+    floor = t.recipe.optimizer.recall_floor  # the schedule's other half: the penalty never fades below it
     info = {"device": str(t.device), "precision": shown, "train_examples": len(t.task.train),
-            "anneal_t0": t.recipe.anneal_t0_steps(t.total_steps), "run_dir": str(t.run_dir)}
+            "anneal_t0": t.recipe.anneal_t0_steps(t.total_steps), **({"recall_floor": floor} if floor > 0 else {}),
+            "run_dir": str(t.run_dir)}
     if t.ctx.enabled:
         info.update(processes=t.ctx.world_size, global_batch=tc.batch_size * t.ctx.world_size * tc.grad_accum)
     return info
@@ -251,7 +254,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
     return rundir.Summary(
         task=recipe.task.name, optimizer=oc.name, init=recipe.model.init, model=recipe.model.name_or_path,
         seed=tc.seed, anneal_fun=oc.anneal_fun, anneal_k=oc.anneal_k, anneal_t0=recipe.anneal_t0_steps(t.total_steps),
-        pretrain_cof=oc.pretrain_cof, lr=oc.lr, steps=state.step, finished=state.step >= t.total_steps,
+        pretrain_cof=oc.pretrain_cof, recall_floor=oc.recall_floor, lr=oc.lr, steps=state.step, finished=state.step >= t.total_steps,
         best=without_split(best) if best else None, final=without_split(evals[-1]) if evals else None,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),

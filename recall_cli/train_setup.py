@@ -116,6 +116,7 @@ def build_optimizer(model, anchors, recipe: Recipe, total_steps: int) -> torch.o
         anneal_t0=recipe.anneal_t0_steps(total_steps),
         anneal_w=oc.anneal_w,
         pretrain_cof=oc.pretrain_cof,
+        recall_floor=oc.recall_floor,
         mode=OPTIMIZERS[oc.name].mode,
         anchor_dtype=torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else None,
     )

@@ -49,7 +49,7 @@ class Reference:
     """The update rule of the issue, written out in plain float64 arithmetic, one tensor at a time."""
 
     def __init__(self, params, anchors, *, lr, betas, eps, weight_decay, correct_bias, anneal_fun, k, t0, w,
-                 gamma, mode="decoupled", lam_fn=None):
+                 gamma, mode="decoupled", lam_fn=None, floor=0.0):
         self.params = params
         self.anchors = anchors  # None for head parameters
         self.m = [torch.zeros_like(p) for p in params]
@@ -57,7 +57,7 @@ class Reference:
         self.t = 0
         self.hp = dict(lr=lr, b1=betas[0], b2=betas[1], eps=eps, wd=weight_decay, cb=correct_bias)
         self.lam_fn = lam_fn or (lambda t: anneal_lambda(anneal_fun, t, k, t0, w))
-        self.w, self.gamma, self.mode = w, gamma, mode
+        self.w, self.gamma, self.mode, self.floor = w, gamma, mode, floor
 
     @torch.no_grad()
     def step(self):
@@ -68,15 +68,16 @@ class Reference:
             anchor = self.anchors[i]
             anchored = anchor is not None and self.w > 0
             lam = self.lam_fn(t) if anchored else 1.0
+            weight = max(self.w - lam, self.floor)  # the penalty's weight: never below the floor
             if anchored and self.mode == "coupled":
-                g = lam * g + (self.w - lam) * self.gamma * (p - anchor)
+                g = lam * g + weight * self.gamma * (p - anchor)
             self.m[i] = h["b1"] * self.m[i] + (1 - h["b1"]) * g
             self.v[i] = h["b2"] * self.v[i] + (1 - h["b2"]) * g * g
             step_size = h["lr"] * math.sqrt(1 - h["b2"] ** t) / (1 - h["b1"] ** t) if h["cb"] else h["lr"]
             denom = self.v[i].sqrt() + h["eps"]
             if anchored and self.mode == "decoupled":
                 p -= step_size * lam * self.m[i] / denom
-                p -= h["lr"] * (self.w - lam) * self.gamma * (p - anchor)
+                p -= h["lr"] * weight * self.gamma * (p - anchor)
             else:
                 p -= step_size * self.m[i] / denom
             p -= h["lr"] * h["wd"] * p
@@ -86,7 +87,7 @@ HP = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, anneal_k=0.3, anneal_t0=20, ann
 
 
 def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled", steps=STEPS, hp=HP, lam_fn=None,
-             fused=None):
+             fused=None, floor=None):
     """Train the same model with RecAdam and with the transcription; return both for comparison."""
     model = tiny_mlp()
     ref_model = copy.deepcopy(model)
@@ -97,11 +98,12 @@ def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled
             {"params": head_params(model), "weight_decay": 0.0},  # the head: plain Adam
         ],
         anneal_fun=anneal_fun, correct_bias=correct_bias, foreach=foreach, fused=fused, mode=mode, **hp,
+        **({} if floor is None else {"recall_floor": floor}),
     )
     ref_body = Reference(
         body_params(ref_model), anchors, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=weight_decay,
         correct_bias=correct_bias, anneal_fun=anneal_fun, k=hp["anneal_k"], t0=hp["anneal_t0"], w=hp["anneal_w"],
-        gamma=hp["pretrain_cof"], mode=mode, lam_fn=lam_fn,
+        gamma=hp["pretrain_cof"], mode=mode, lam_fn=lam_fn, floor=floor or 0.0,
     )
     ref_head = Reference(
         head_params(ref_model), [None, None], lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=0.0,
@@ -149,6 +151,43 @@ def test_fused_kernel_matches_float64_transcription(anneal_fun, weight_decay):
     result = run_pair(anneal_fun=anneal_fun, weight_decay=weight_decay, correct_bias=True, foreach=None, hp=hp,
                       fused=True)
     assert_matches_reference(*result)
+
+
+@pytest.mark.parametrize("floor", [0.05, 0.3])
+@pytest.mark.parametrize("kernel, mode", [("single", "decoupled"), ("foreach", "decoupled"), ("fused", "decoupled"),
+                                          ("single", "coupled"), ("foreach", "coupled")])
+@pytest.mark.parametrize("anneal_fun", ["sigmoid", "linear"])
+def test_recall_floor_matches_float64_transcription(anneal_fun, kernel, mode, floor):
+    """pull = lr * max(anneal_w - lambda, floor) * gamma in every kernel; lambda still weighs the task."""
+    result = run_pair(anneal_fun=anneal_fun, weight_decay=0.01, correct_bias=True, mode=mode, floor=floor,
+                      foreach={"single": False, "foreach": True, "fused": None}[kernel], fused=kernel == "fused" or None)
+    assert_matches_reference(*result)
+    # The floor binds: after t0 + a few 1/k (20 + 3/0.3 = 30 of the steps) anneal_w - lambda is below it.
+    lam = anneal_lambda(anneal_fun, STEPS, HP["anneal_k"], HP["anneal_t0"], HP["anneal_w"])
+    assert HP["anneal_w"] - lam < floor
+    unfloored = run_pair(anneal_fun=anneal_fun, weight_decay=0.01, correct_bias=True, mode=mode,
+                         foreach={"single": False, "foreach": True, "fused": None}[kernel], fused=kernel == "fused" or None)[0]
+    anchors = shifted_anchors(body_params(tiny_mlp()))
+    far = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(unfloored), anchors))
+    near = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(result[0]), anchors))
+    assert near < far  # the floor keeps the body nearer theta*
+
+
+@pytest.mark.parametrize("kernel", ["single", "foreach", "fused"])
+def test_recall_floor_zero_is_bit_identical_to_no_floor(kernel):
+    kwargs = dict(anneal_fun="sigmoid", weight_decay=0.01, correct_bias=True,
+                  foreach={"single": False, "foreach": True, "fused": None}[kernel], fused=kernel == "fused" or None)
+    plain, floored = run_pair(**kwargs)[:2], run_pair(**kwargs, floor=0.0)[:2]
+    for p, q in zip(plain[0].parameters(), floored[0].parameters()):
+        assert torch.equal(p, q)
+    for p, q in zip(plain[0].parameters(), floored[0].parameters()):
+        assert torch.equal(plain[1].state[p]["exp_avg_sq"], floored[1].state[q]["exp_avg_sq"])
+
+
+@pytest.mark.parametrize("floor", [-0.01, 1.5, float("nan"), float("inf")])
+def test_recall_floor_outside_zero_to_anneal_w_is_refused(floor):
+    with pytest.raises(ValueError, match="recall_floor must be in \\[0, anneal_w = 1\\]"):
+        RecAdam([torch.nn.Parameter(torch.zeros(2))], recall_floor=floor)
 
 
 def test_default_kernel_on_cpu_is_fused_else_single_tensor():

@@ -2,6 +2,6 @@
 
 from .anneal import ANNEAL_FUNCTIONS, anneal_lambda
 from .distance import distance_to_anchor
-from .recadam import RecAdam
+from .recadam import RecAdam, pull_weight
 
-__all__ = ["ANNEAL_FUNCTIONS", "RecAdam", "anneal_lambda", "distance_to_anchor"]
+__all__ = ["ANNEAL_FUNCTIONS", "RecAdam", "anneal_lambda", "distance_to_anchor", "pull_weight"]

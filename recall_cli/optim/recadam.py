@@ -41,13 +41,18 @@ class RecAdam(Optimizer):
         v         = beta2 * v + (1 - beta2) * g**2
         step_size = lr * sqrt(1 - beta2**t) / (1 - beta1**t)   if correct_bias else lr
         denom     = sqrt(v) + eps
+        pull      = max(anneal_w - lambda, recall_floor)       # never below the floor
         anchored:   theta -= step_size * lambda * m / denom
-                    theta -= lr * (anneal_w - lambda) * pretrain_cof * (theta - theta*)
+                    theta -= lr * pull * pretrain_cof * (theta - theta*)
         head:       theta -= step_size * m / denom
         theta -= lr * weight_decay * theta                    # decoupled weight decay, applied last
 
+    With ``recall_floor`` 0 (the default) the pull is the paper's, ``anneal_w - lambda``, which vanishes
+    a few 1/k steps after t0; a floor keeps a constant share of it for the rest of the run (at floor
+    = anneal_w, lambda still shifts the task gradient but the pull never fades: an L2-SP-like pull).
+
     ``mode="coupled"`` is the paper's Adam-vs-RecAdam ablation (Algorithm 1, line 6): the objective's
-    gradient ``lambda * g + (anneal_w - lambda) * pretrain_cof * (theta - theta*)`` goes through
+    gradient ``lambda * g + pull * pretrain_cof * (theta - theta*)`` goes through
     Adam's moments and the step is the ordinary Adam step (with anneal_w = 1 this is exactly
     ``lambda * g + (1 - lambda) * gamma * (theta - theta*)``).
 
@@ -61,6 +66,7 @@ class RecAdam(Optimizer):
         correct_bias: apply Adam's bias correction.
         anneal_fun: "sigmoid", "linear" or "constant"; anneal_k, anneal_t0, anneal_w: its parameters.
         pretrain_cof: gamma, the strength of the quadratic recall penalty (5000 in the paper).
+        recall_floor: the least weight of the penalty, in [0, anneal_w] (0: the paper's schedule).
         mode: "decoupled" (RecAdam) or "coupled" (the ablation).
         anchor_dtype: dtype in which theta* is kept; default float32 (float64 for float64
             parameters). ``torch.bfloat16`` halves the extra memory.
@@ -90,6 +96,7 @@ class RecAdam(Optimizer):
         anneal_w: float = 1.0,
         pretrain_cof: float = 5000.0,
         *,
+        recall_floor: float = 0.0,
         mode: str = "decoupled",
         anchor_dtype: torch.dtype | None = None,
         foreach: bool | None = None,
@@ -110,6 +117,7 @@ class RecAdam(Optimizer):
             anneal_t0=anneal_t0,
             anneal_w=anneal_w,
             pretrain_cof=pretrain_cof,
+            recall_floor=recall_floor,
             mode=mode,
             foreach=foreach,
             fused=fused,
@@ -153,6 +161,7 @@ class RecAdam(Optimizer):
         super().__setstate__(state)
         for group in self.param_groups:
             group.setdefault("mode", "decoupled")
+            group.setdefault("recall_floor", 0.0)
             group.setdefault("foreach", None)
             group.setdefault("fused", None)
 
@@ -180,17 +189,31 @@ class RecAdam(Optimizer):
                 if anchor is not None:
                     yield p, anchor
 
-    @property
-    def current_lambda(self) -> float | None:
-        """lambda(t) of the first anchored group at its latest step (None without anchors)."""
+    def _first_anchored(self) -> tuple[dict[str, Any], int] | None:
+        """The first anchored group and its latest step."""
         for group in self.param_groups:
             anchored = [self.state[p] for p in group["params"] if "anchor" in self.state.get(p, {})]
             if anchored:
-                t = max(state.get("step", 0) for state in anchored)
-                return anneal_lambda(
-                    group["anneal_fun"], t, group["anneal_k"], group["anneal_t0"], group["anneal_w"]
-                )
+                return group, max(state.get("step", 0) for state in anchored)
         return None
+
+    @property
+    def current_lambda(self) -> float | None:
+        """lambda(t) of the first anchored group at its latest step (None without anchors)."""
+        found = self._first_anchored()
+        if found is None:
+            return None
+        group, t = found
+        return anneal_lambda(group["anneal_fun"], t, group["anneal_k"], group["anneal_t0"], group["anneal_w"])
+
+    @property
+    def current_penalty_weight(self) -> float | None:
+        """The recall penalty's weight at the latest step, max(anneal_w - lambda, recall_floor) (None without anchors)."""
+        found, lam = self._first_anchored(), self.current_lambda
+        if found is None or lam is None:
+            return None
+        group = found[0]
+        return pull_weight(group["anneal_w"], lam, group["recall_floor"])
 
     # ---- the step ----------------------------------------------------------------------------
 
@@ -252,6 +275,7 @@ class RecAdam(Optimizer):
                 anneal_t0=group["anneal_t0"],
                 anneal_w=group["anneal_w"],
                 pretrain_cof=group["pretrain_cof"],
+                recall_floor=group["recall_floor"],
                 mode=group["mode"],
             )
         return loss
@@ -298,8 +322,17 @@ def _validate_group(group: dict[str, Any], index: int) -> None:
         raise ValueError(f"{where}: anneal_fun 'linear' needs anneal_t0 > 0, got {group['anneal_t0']}")
     if group["anneal_w"] < 0:
         raise ValueError(f"{where}: anneal_w must be >= 0, got {group['anneal_w']}")
+    floor = group["recall_floor"]
+    if not (math.isfinite(floor) and 0.0 <= floor <= group["anneal_w"]):
+        raise ValueError(f"{where}: recall_floor must be in [0, anneal_w = {group['anneal_w']:g}], got {floor}")
     if group["mode"] not in MODES:
         raise ValueError(f"{where}: unknown mode {group['mode']!r}: expected one of {', '.join(MODES)}")
+
+
+def pull_weight(anneal_w: float, lam: float, recall_floor: float) -> float:
+    """The penalty's weight at one step: the paper's anneal_w - lambda, never below the floor.
+    lambda <= anneal_w always, so a floor of 0 returns anneal_w - lambda exactly (bit for bit)."""
+    return max(anneal_w - lam, recall_floor)
 
 
 def _step_size(lr: float, beta1: float, beta2: float, step: int, correct_bias: bool) -> float:
@@ -327,14 +360,16 @@ def _single_tensor_recadam(
     anneal_t0: float,
     anneal_w: float,
     pretrain_cof: float,
+    recall_floor: float,
     mode: str,
 ) -> None:
     for p, grad, exp_avg, exp_avg_sq, anchor, step in zip(params, grads, exp_avgs, exp_avg_sqs, anchors, steps):
         anchored = anchor is not None and anneal_w > 0
         lam = anneal_lambda(anneal_fun, step, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
-        pull = lr * (anneal_w - lam) * pretrain_cof  # fraction of (theta - theta*) removed this step
+        weight = pull_weight(anneal_w, lam, recall_floor)
+        pull = lr * weight * pretrain_cof  # fraction of (theta - theta*) removed this step
         if anchored and mode == "coupled":
-            grad = grad.mul(lam).add_(p - anchor.to(p.dtype), alpha=(anneal_w - lam) * pretrain_cof)
+            grad = grad.mul(lam).add_(p - anchor.to(p.dtype), alpha=weight * pretrain_cof)
 
         exp_avg.lerp_(grad, 1.0 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
@@ -370,6 +405,7 @@ def _multi_tensor_recadam(
     anneal_t0: float,
     anneal_w: float,
     pretrain_cof: float,
+    recall_floor: float,
     mode: str,
 ) -> None:
     # foreach kernels need every list on one device and dtype.
@@ -391,12 +427,12 @@ def _multi_tensor_recadam(
         anchored_pos = [j for j, anchored in enumerate(b_anchored) if anchored]
         a_params = [b_params[j] for j in anchored_pos]
         a_anchors = [anchors[indices[j]] for j in anchored_pos]
-        a_pulls = [lr * (anneal_w - lams[j]) * pretrain_cof for j in anchored_pos]
+        a_pulls = [lr * pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos]
 
         if mode == "coupled" and anchored_pos:
             b_grads = list(b_grads)  # the effective gradients are new tensors; p.grad stays as it was
             diffs = torch._foreach_sub(a_params, _as_dtype(a_anchors, a_params))
-            torch._foreach_mul_(diffs, [(anneal_w - lams[j]) * pretrain_cof for j in anchored_pos])
+            torch._foreach_mul_(diffs, [pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos])
             for j, diff in zip(anchored_pos, diffs):
                 b_grads[j] = torch.add(diff, b_grads[j], alpha=lams[j])
 
@@ -450,6 +486,7 @@ def _fused_recadam(
     anneal_t0: float,
     anneal_w: float,
     pretrain_cof: float,
+    recall_floor: float,
     mode: str,
 ) -> None:
     assert correct_bias and mode == "decoupled", "callers check _fused_supported"
@@ -483,7 +520,7 @@ def _fused_recadam(
             found_inf=None,
         )
         if anchored:
-            pull = lr * (anneal_w - lam) * pretrain_cof
+            pull = lr * pull_weight(anneal_w, lam, recall_floor) * pretrain_cof
             _pull_toward_anchors(b_params, [anchors[i] for i in indices], [pull] * len(indices))
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)

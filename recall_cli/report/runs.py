@@ -24,7 +24,7 @@ from ..rundir import CONFIG_FILE, Summary, is_run_dir, read_metrics, read_summar
 
 # Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
-                     "optimizer.anneal_w", "optimizer.pretrain_cof")
+                     "optimizer.anneal_w", "optimizer.pretrain_cof", "optimizer.recall_floor")
 # Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
 # probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
 NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
@@ -96,6 +96,9 @@ def read_run(path: Path, name: str) -> Run:
     settings = flatten(config)
     if is_vanilla(settings.get("optimizer.name")):
         settings.update(dict.fromkeys(RECADAM_ONLY_KEYS))
+    else:
+        # Runs made before the floor existed ran without one: they group with recall_floor=0 runs.
+        settings.setdefault("optimizer.recall_floor", 0.0)
     return Run(path, name, settings, read_summary(path), read_metrics(path))
 
 
