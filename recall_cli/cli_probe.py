@@ -67,20 +67,32 @@ def tradeoff(
     x: Annotated[str, typer.Option(help="Task score on the x-axis: an eval metric (main, accuracy, mcc, ...).")] = "main",
     y: Annotated[str, typer.Option(help="Retained skill on the y-axis: a probe measure (sts_retained, mlm_ratio, cka, cka_debiased, drift, sts).")] = "sts_retained",
     by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) that make a setting (default: every key that differs).")] = None,
+    within: Annotated[Optional[float], typer.Option(help="Per task, name the setting that keeps the most skill (median --y) among those whose median --x is within W points (x100) of the best setting's, and mark it.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Task score against retained skill, one point per run (final eval and final probe), median per setting marked."""
+    """Task score against retained skill, one point per run (final eval and final probe), median per setting marked.
+
+    Families of settings (RecAdam floors, WiSE-FT α, RECALL τ) are drawn as lines from the weakest to the
+    strongest. --within W picks, per task, the setting that keeps the most skill at a cost of at most W
+    points of task score, says why, and marks it; with --json it prints one object per task."""
 
     def go() -> None:
         from . import report
         from .report.probe_plots import tradeoff_figure
         from .report.probe_tables import tradeoff_points
+        from .report.tradeoff import check_within, choice_line, choose_within
 
+        if within is not None:
+            check_within(within)
         runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
         settings = tradeoff_points(runs, x, y, list(by or []))
-        tradeoff_figure(settings, x, y, out)
+        choices = choose_within(runs, settings, x, y, within) if within is not None else None
+        tradeoff_figure(settings, x, y, out, runs=runs, choices=choices)
         if as_json:
-            typer.echo(json.dumps(settings, indent=2))
+            typer.echo(json.dumps(choices if choices is not None else settings, indent=2))
+        elif choices is not None:
+            for choice in choices:
+                typer.echo(choice_line(choice, x, y))
         else:
             for s in settings:
                 mx, my = s["median"]

@@ -18,6 +18,7 @@ class CurveGroup:
     label: str
     settings: dict[str, Any]
     runs: list[Run]
+    shown: dict[str, Any] | None = None  # the keys the label names (a figure's legend names them in words)
 
     @property
     def is_vanilla(self) -> bool:
@@ -59,13 +60,14 @@ def forgetting_groups(runs: list[Run], label: str | None = None) -> list[CurveGr
         text = group_label(shown) if shown else (first.name if len(members) == 1 else "all runs")
         if len(tasks) > 1:
             text = f"{TASK_TITLES.get(first.task, first.task)}: {text}"
-        groups.append(CurveGroup(text, {k: first.settings.get(k) for k in differing}, members))
+        groups.append(CurveGroup(text, {k: first.settings.get(k) for k in differing}, members, shown))
     # Two groups with one label (the label key alone does not tell them apart): name every setting
     # that differs, on every curve, so that the legend reads one way.
     if len({g.label for g in groups}) < len(groups):
         for g in groups:
             prefix = f"{TASK_TITLES.get(g.runs[0].task, g.runs[0].task)}: " if len(tasks) > 1 else ""
             g.label = prefix + group_label(dict(g.settings)) if g.settings else g.label
+            g.shown = dict(g.settings)
     groups.sort(key=lambda g: [_sort_key(k, g.settings.get(k)) for k in differing] + [g.label])
     return groups
 

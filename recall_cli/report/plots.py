@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import ReportError
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
+from .families import describe
 
 FIGURE_INCHES = (13.0, 4.0)
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -35,13 +36,11 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
         raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     plt = _pyplot()
     fig, (ax_dist, ax_loss, ax_lambda) = plt.subplots(1, 3, figsize=FIGURE_INCHES, dpi=dpi, layout="constrained")
-    colors = plt.get_cmap("tab10").colors
     positive = []
     drew_lambda = False
-    for i, group in enumerate(groups):
-        color = colors[i % len(colors)]
+    for group, legend_name, color in legend_entries(plt, groups):
         n = len(group.runs)
-        label = f"{group.label} (n={n})" if n > 1 else group.label
+        label = f"{legend_name} (n={n})" if n > 1 else legend_name
         # adamw is drawn dashed: the baseline the RecAdam curves are read against.
         style = "--" if group.is_vanilla else "-"
         for ax, name in ((ax_dist, "distance"), (ax_loss, "loss"), (ax_lambda, "lambda")):
@@ -72,10 +71,49 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
     for ax in (ax_dist, ax_loss, ax_lambda):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    ax_dist.legend(fontsize="small", loc="best")
+    outside_legend(fig, ax_dist)
     fig.suptitle(_figure_title(groups))
 
     return save_figure(fig, plt, out, dpi)
+
+
+# A qualitative palette whose colours stay apart for most readers: Okabe & Ito's (black first, for the
+# baseline), a purple, then Paul Tol's muted colours, the light ones last; tab20 beyond fifteen settings.
+PALETTE = ("#000000", "#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#6A3D9A", "#882255", "#999933",
+           "#56B4E9", "#44AA99", "#332288", "#CC6677", "#DDCC77", "#888888")
+
+
+def palette(plt, n: int) -> list:
+    if n <= len(PALETTE):
+        return list(PALETTE[:n])
+    cmap = plt.get_cmap("tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def legend_entries(plt, groups: list[CurveGroup]) -> list[tuple[CurveGroup, str, object]]:
+    """(group, legend name, colour) in legend order: the baseline, the methods, then the merges, each
+    family weakest first (families.describe). A group whose label names no key keeps its label (a run's
+    folder name); with several tasks the name starts with the task, as the label does."""
+    tasks = {run.task for g in groups for run in g.runs}
+    described = describe([(g.shown if g.shown is not None else g.settings, g.runs[0].settings) for g in groups])
+    order = sorted(range(len(groups)), key=lambda i: described[i].rank)
+    colors = palette(plt, len(groups))
+    entries = []
+    for color, i in zip(colors, order):
+        group, name = groups[i], described[i].name
+        if not (group.shown if group.shown is not None else group.settings) or not name:
+            name = group.label
+        elif len(tasks) > 1:
+            name = f"{TASK_TITLES.get(group.runs[0].task, group.runs[0].task)}: {name}"
+        entries.append((group, name, color))
+    return entries
+
+
+def outside_legend(fig, ax, ncol: int = 3) -> None:
+    """The axes' curves in one legend under the panels, where it covers none of them."""
+    handles, names = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncol=min(ncol, len(handles)), fontsize="small")
 
 
 def save_figure(fig, plt, out: Path, dpi: int) -> Path:

@@ -2,18 +2,25 @@
 
 ``probe_figure``: (a) ‖θ − θ*‖, (b) retained skill (STS ρ ratio, else MLM loss ratio), (c) last-layer
 CKA with θ*, against the step; (d) CKA per layer at the last probed step, one line per setting.
-``tradeoff_figure``: each run's task score (x) against its retained skill (y), median per setting.
+``tradeoff_figure``: each run's task score (x) against its retained skill (y), median per setting,
+families of settings as lines, and `--within`'s choice.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..errors import ReportError
+from ..names import TASKS
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
-from .plots import FORMATS, _figure_title, _pyplot, save_figure
+from .families import family_title
+from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, palette, save_figure
 from .probe_tables import SKILL_TITLES, final_layers, skill_field
+from .runs import Run
+from .tables import LOWER_IS_BETTER
+from .tradeoff import constant_scores, names_of, points, tasks_in_order
 
 
 def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
@@ -24,11 +31,9 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
     skill = skill_field(runs)
     fig, axes = plt.subplots(1, 4, figsize=(16.0, 4.0), dpi=dpi, layout="constrained")
     ax_dist, ax_skill, ax_cka, ax_layers = axes
-    colors = plt.get_cmap("tab10").colors
-    for i, group in enumerate(groups):
-        color = colors[i % len(colors)]
+    for group, legend_name, color in legend_entries(plt, groups):
         n = len(group.runs)
-        label = f"{group.label} (n={n})" if n > 1 else group.label
+        label = f"{legend_name} (n={n})" if n > 1 else legend_name
         style = "--" if group.is_vanilla else "-"
         curves = [(ax_dist, group.curves("distance")), (ax_cka, group.curves("cka", split="probe"))]
         if skill:
@@ -55,38 +60,112 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
         ax.set_xlabel("step")
     for ax in axes:
         ax.grid(alpha=0.3)
-    ax_layers.legend(fontsize="small", loc="best")
+    outside_legend(fig, ax_layers)
     fig.suptitle(_figure_title(groups) + " — probes")
     return save_figure(fig, plt, out, dpi)
 
 
-def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 150) -> Path:
+def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 150, runs: list[Run] | None = None,
+                    choices: list[dict] | None = None) -> Path:
     """One panel per task (a score's scale is the task's), one colour per setting across the panels:
-    each run a dot, each setting's median a cross."""
+    each run a dot, each setting's median a cross, each family (families.py) a line through its medians
+    from the weakest setting to the strongest, a dashed line where predicting one class for every
+    example scores. With ``choices`` (tradeoff.choose_within): the band of scores within W points of
+    the best median, and a ring on the chosen setting. ``runs`` give the names and the dashed line."""
     if FORMATS.get(Path(out).suffix.lower()) is None:
         raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     plt = _pyplot()
-    order = list(TASK_TITLES)  # the paper's column order, as in recall compare
-    tasks = sorted(dict.fromkeys(s.get("task") for s in settings),
-                   key=lambda t: (order.index(t) if t in order else len(order), str(t)))
-    labels = list(dict.fromkeys(s["label"] for s in settings))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 4.6 * len(tasks), 4.6 + 0.22 * len(labels)), dpi=dpi,
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    tasks = tasks_in_order(settings)
+    described = names_of(settings, runs)
+    name_of = {s["label"]: d.name for s, d in zip(settings, described)}
+    rank_of = {s["label"]: d.rank for s, d in zip(settings, described)}
+    labels = sorted(dict.fromkeys(s["label"] for s in settings), key=lambda label: rank_of[label])
+    colors = dict(zip(labels, palette(plt, len(labels))))
+    constant = constant_scores(runs, x) if runs else {}
+    chosen = {c["task"]: c for c in choices or []}
+    sx, sy = points(x), points(y)
+    handles: dict[str, object] = {}
+    strengths: dict[str, set[float]] = {}  # per family kind drawn: its strengths, for the legend
+    extra: dict[str, object] = {}  # the dashed line, the band, the ring: last in the legend
+    rows = math.ceil((len(labels) + 5) / 3)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 4.6 * len(tasks), 4.8 + 0.2 * rows), dpi=dpi,
                              layout="constrained", squeeze=False)
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colors = {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
-    handles = {}
     for ax, task in zip(axes[0], tasks):
-        for s in (s for s in settings if s.get("task") == task):
+        members = [(s, d) for s, d in zip(settings, described) if s.get("task") == task]
+        for family, line in family_lines(members).items():
+            kind = family_title(family)
+            strengths.setdefault(kind, set()).update(strength for strength, _, _ in line)
+            ax.plot([mx * sx for _, mx, _ in line], [my * sy for _, _, my in line], FAMILY_STYLES.get(kind, "-"),
+                    color="0.35", linewidth=1.3, zorder=1)
+        for s, _ in members:
             color = colors[s["label"]]
-            ax.scatter([p[x] for p in s["points"]], [p[y] for p in s["points"]], color=color, alpha=0.5, s=20)
-            handles[s["label"]] = ax.scatter(*s["median"], color=color, marker="X", s=110, edgecolor="black",
-                                             linewidth=0.7)
+            ax.scatter([p[x] * sx for p in s["points"]], [p[y] * sy for p in s["points"]], color=color, alpha=0.5,
+                       s=20, zorder=2)
+            handles[s["label"]] = ax.scatter(s["median"][0] * sx, s["median"][1] * sy, color=color, marker="X", s=110,
+                                             edgecolor="black", linewidth=0.7, zorder=3)
+        if task in constant:
+            ax.axvline(constant[task] * sx, linestyle="--", color="0.45", linewidth=1.0, zorder=0)
+            extra.setdefault("chance", Line2D([], [], linestyle="--", color="0.45", linewidth=1.0,
+                                              label="one class for every example (MCC 0, majority share)"))
+        if task in chosen:
+            c = chosen[task]
+            best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
+            low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
+            ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
+            ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
+            unit = "point" if c["within"] == 1 else "points"
+            extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
+            extra.setdefault("ring", Line2D([], [], marker="o", markersize=14, markerfacecolor="none",
+                                            markeredgecolor="black", markeredgewidth=1.8, linestyle="none",
+                                            label="chosen: keeps the most skill in the band"))
         ax.set_title(TASK_TITLES.get(task, str(task)))
-        ax.set_xlabel(f"task score: dev {x} (final eval)")
-        ax.set_ylabel(f"retained skill: {y} (final probe)")
+        ax.set_xlabel(axis_title(x, task))
+        ax.set_ylabel(axis_title(y))
         ax.grid(alpha=0.3)
-    fig.legend([handles[label] for label in labels if label in handles], [label for label in labels if label in handles],
-               loc="outside lower center", ncol=2 if len(labels) > 3 else 1, fontsize="small",
-               title="setting: x = median over seeds, dots = runs")
+    entries = [(handles[label], name_of[label]) for label in labels if label in handles]
+    for kind, values in sorted(strengths.items(), key=lambda item: list(FAMILY_STYLES).index(item[0])):
+        ends = f"{min(values):g} → {max(values):g}" + (" (1: the fine-tuned runs)" if kind == "WiSE-FT α" else "")
+        entries.append((Line2D([], [], linestyle=FAMILY_STYLES.get(kind, "-"), color="0.35", linewidth=1.3),
+                        f"{kind} {ends}"))
+    entries += [(handle, handle.get_label()) for handle in extra.values()]
+    fig.legend([h for h, _ in entries], [t for _, t in entries], loc="outside lower center",
+               ncol=min(3, len(entries)), fontsize="small", title="median over seeds (×), one dot per run")
     fig.suptitle("trade-off: learning the task vs keeping the pretrained skill")
     return save_figure(fig, plt, out, dpi)
+
+
+# Solid, dash-dot, dotted: the dashed line is the one-class score.
+FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":"}
+SCORE_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
+MEASURE_TITLES = {
+    "sts_retained": "STS skill kept, % of pretrained",
+    "sts": "STS Spearman ρ ×100",
+    "mlm_ratio": "MLM loss, % of pretrained (lower: less forgetting)",
+    "cka": "last-layer CKA with θ* ×100",
+    "cka_debiased": "last-layer debiased CKA with θ* ×100",
+    "drift": "drift from θ* ×100 (lower: less forgetting)",
+    "distance": "‖θ − θ*‖",
+}
+
+
+def axis_title(metric: str, task: str | None = None) -> str:
+    """'dev accuracy ×100', 'dev MCC ×100', 'STS skill kept, % of pretrained': what the axis shows."""
+    name = TASKS[task].main_metric if metric == "main" and task in TASKS else metric
+    if name in SCORE_TITLES:
+        return f"dev {SCORE_TITLES[name]} ×100"
+    if name in MEASURE_TITLES:
+        return MEASURE_TITLES[name]
+    return name if points(name) == 1.0 else f"{name} ×100"
+
+
+def family_lines(members: list[tuple[dict, object]]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per family with two or more settings among ``members`` (one task's settings and their
+    families.Described): (strength, median x, median y) of each, weakest first."""
+    lines: dict[str, list[tuple[float, float, float]]] = {}
+    for s, d in members:
+        for family, strength in d.families:
+            lines.setdefault(family, []).append((strength, *s["median"]))
+    return {family: sorted(line, key=lambda p: p[0]) for family, line in lines.items() if len(line) > 1}

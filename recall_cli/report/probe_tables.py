@@ -7,14 +7,15 @@ before probes existed, or with probe.enabled false) simply have nothing here.
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
 import numpy as np
 
 from ..errors import ReportError
-from ..names import PROBES
-from .comparison import group_label
+from ..names import PROBE_MEASURES, PROBES
+from .comparison import RUN_MEASURES, group_label
 from .curves import CurveGroup
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 
@@ -104,6 +105,7 @@ def probe_table(rows: list[dict[str, Any]]):
 
 def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict[str, Any]]:
     """Per setting: each finished run's (final eval x, final probe y) and the medians."""
+    check_metrics(runs, x, y)
     keys = [resolve_key(k) for k in by] if by else differing_keys(runs)
     settings: dict[str, dict[str, Any]] = {}
     for run in runs:
@@ -126,3 +128,16 @@ def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict
     for s in out:
         s["median"] = [float(np.median([p[x] for p in s["points"]])), float(np.median([p[y] for p in s["points"]]))]
     return out
+
+
+def check_metrics(runs: list[Run], x: str, y: str) -> None:
+    """--x and --y must name something the runs record (an eval metric, a probe measure, distance); a
+    probe measure that no run recorded is left to tradeoff_points' "probes off" message."""
+    known = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
+                    if k not in ("step", "split") and not isinstance(v, list)}
+                   | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
+    for option, metric in (("--x", x), ("--y", y)):
+        if metric not in known and metric not in PROBE_MEASURES:
+            close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ReportError(f"unknown {option} metric '{metric}'{hint}: these runs record {', '.join(known) or 'no metrics'}")
