@@ -302,3 +302,24 @@ def test_a_misspelt_metric_is_named_with_the_known_ones(floor_sweep, tmp_path, o
                        f"unknown {option} metric '{value}'", hint,
                        "these runs record accuracy, cka, drift, main, sts_retained")
     assert not figure.exists()
+
+
+def test_forgetting_figure_draws_the_penalty_weight_of_floored_runs(tmp_path, monkeypatch):
+    """Runs with a recall_floor log penalty_weight; panel (c) draws it dotted beside lambda(t)."""
+    from recall_cli.report import forgetting_groups, load_runs
+    from recall_cli.report import plots
+
+    weights = {0.01: [0.5, 0.2, 0.01, 0.01], 0.05: [0.5, 0.2, 0.05, 0.05]}
+    for floor, pull in weights.items():
+        run = fake(tmp_path / "runs", f"floor{floor:g}_s1", main=0.8, kept=0.9, floor=floor)
+        train = [{"step": s, "split": "train", "loss": 0.5, "lambda": 1 - w if w > floor else 0.99, "penalty_weight": w,
+                  "distance": 0.1 * s} for s, w in zip((10, 20, 30, 40), pull)]
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in train))
+    captured = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, plt, out, dpi: captured.setdefault("fig", fig) and out)
+    plots.forgetting_figure(forgetting_groups(load_runs(tmp_path / "runs")), tmp_path / "f.png")
+    ax_lambda = captured["fig"].axes[2]
+    dotted = {tuple(line.get_ydata()) for line in ax_lambda.get_lines() if line.get_linestyle() == ":"}
+    assert dotted == {tuple(w) for w in weights.values()}
+    assert "penalty's weight" in ax_lambda.get_title()

@@ -37,7 +37,7 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
     plt = _pyplot()
     fig, (ax_dist, ax_loss, ax_lambda) = plt.subplots(1, 3, figsize=FIGURE_INCHES, dpi=dpi, layout="constrained")
     positive = []
-    drew_lambda = False
+    drew_lambda = drew_penalty = False
     for group, legend_name, color in legend_entries(plt, groups):
         n = len(group.runs)
         label = f"{legend_name} (n={n})" if n > 1 else legend_name
@@ -55,6 +55,12 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
             if name == "distance":
                 positive += [v for v in low if v > 0] + [v for v in high if v > 0]
             drew_lambda |= name == "lambda"
+        # A run with a recall_floor logs the penalty's weight, max(anneal_w - lambda, floor): dotted
+        # beside its lambda(t), so the floor under the fading pull shows.
+        steps, median, _, _ = group.curves("penalty_weight")
+        if len(steps):
+            ax_lambda.plot(steps, median, ":", color=color, linewidth=1.6)
+            drew_penalty = True
 
     # RI runs start far from theta* (random weights) and PI/adamw runs at 0: a log axis shows both.
     if positive and max(positive) / min(positive) > 100:
@@ -63,7 +69,8 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
     ax_dist.set_ylabel(r"$\|\theta - \theta^*\|_2$")
     ax_loss.set_title("(b) training loss (target task)")
     ax_loss.set_ylabel("loss")
-    ax_lambda.set_title(r"(c) $\lambda(t)$: weight of the target loss")
+    ax_lambda.set_title(r"(c) $\lambda(t)$, and dotted the penalty's weight" if drew_penalty
+                        else r"(c) $\lambda(t)$: weight of the target loss")
     ax_lambda.set_ylabel(r"$\lambda(t)$")
     ax_lambda.set_ylim(-0.03, 1.03)
     if not drew_lambda:
