@@ -68,19 +68,25 @@ def _num(value: Any, digits: str = ".3f") -> str:
     return "–" if not _finite(value) else format(value, digits)
 
 
-def probe_rows_table(rows: list[dict[str, Any]]):
-    from rich.markup import escape
+def _table(title: str, columns: tuple[str, ...], text_columns: int, rows: list[list[str]]):
+    """A rich table whose first ``text_columns`` columns are names (left, wrapping) and the rest numbers."""
     from rich.table import Table
 
-    table = Table(title="probes vs theta* at the last probed step (kept = STS rho ratio, MLM = loss ratio)")
-    for name in ("run", "setting", "step", "STS", "kept", "MLM", "CKA", "CKA-d", "drift"):
-        table.add_column(name, justify="left" if name in ("run", "setting") else "right",
-                         no_wrap=name not in ("run", "setting"))
-    for r in rows:
-        table.add_row(escape(r["name"]), escape(r["label"]), str(r["last_step"]), _num(r["sts"]),
-                      _bold(r["sts_retained"]), _num(r["mlm_ratio"]), _num(r["cka"]), _num(r["cka_debiased"]),
-                      _num(r["drift"]))
+    table = Table(title=title)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i < text_columns else "right", no_wrap=i >= text_columns)
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def probe_rows_table(rows: list[dict[str, Any]]):
+    from rich.markup import escape
+
+    return _table("probes vs theta* at the last probed step (kept = STS rho ratio, MLM = loss ratio)",
+                  ("run", "setting", "step", "STS", "kept", "MLM", "CKA", "CKA-d", "drift"), 2,
+                  [[escape(r["name"]), escape(r["label"]), str(r["last_step"]), _num(r["sts"]), _bold(r["sts_retained"]),
+                    _num(r["mlm_ratio"]), _num(r["cka"]), _num(r["cka_debiased"]), _num(r["drift"])] for r in rows])
 
 
 def _bold(value: Any) -> str:
@@ -90,17 +96,12 @@ def _bold(value: Any) -> str:
 def probe_table(rows: list[dict[str, Any]]):
     """`recall probe`: one row per target, retained values in bold."""
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="probes against theta* (retained values in bold; CKA-d: debiased)")
-    for name in ("target", "theta*", "STS", "kept", "CKA", "CKA-d", "drift", "MLM", "ratio"):
-        table.add_column(name, justify="left" if name in ("target", "theta*") else "right",
-                         no_wrap=name not in ("target", "theta*"))
-    for r in rows:
-        table.add_row(escape(r["target"]), escape(r["reference"]), _num(r.get("sts")), _bold(r.get("sts_retained")),
-                      _bold(r.get("cka")), _num(r.get("cka_debiased")), _num(r.get("drift"), ".4f"),
-                      _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio")))
-    return table
+    return _table("probes against theta* (retained values in bold; CKA-d: debiased)",
+                  ("target", "theta*", "STS", "kept", "CKA", "CKA-d", "drift", "MLM", "ratio"), 2,
+                  [[escape(r["target"]), escape(r["reference"]), _num(r.get("sts")), _bold(r.get("sts_retained")),
+                    _bold(r.get("cka")), _num(r.get("cka_debiased")), _num(r.get("drift"), ".4f"),
+                    _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio"))] for r in rows])
 
 
 def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict[str, Any]]:
