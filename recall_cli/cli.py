@@ -1,13 +1,13 @@
 """The `recall` command line. Thin: parse arguments, call the library, turn known errors into one line.
 
 Exit codes: 0 success; 1 unexpected failure; 2 bad usage, recipe, data, model or run directory;
-3 training diverged (NaN/inf loss); 130 interrupted (Ctrl-C). Set RECALL_DEBUG=1 for tracebacks.
+3 training diverged (NaN/inf loss); 4 the environment (disk full, permission denied, read-only);
+130 interrupted (Ctrl-C); 143 SIGTERM. Set RECALL_DEBUG=1 for tracebacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,7 +16,7 @@ import typer
 import yaml
 
 from . import __version__
-from .cli_common import EXIT_CODES_HELP, EXIT_USAGE, JsonOpt, fail, run_guarded
+from .cli_common import EXIT_CODES_HELP, EXIT_USAGE, JsonOpt, check_device, dumps_json, fail, run_guarded
 
 app = typer.Typer(
     name="recall",
@@ -98,7 +98,7 @@ def finetune(
         if as_json and not dry_run:
             fail("--json goes with --dry-run (a run writes its records to metrics.jsonl)", EXIT_USAGE)
         if dry_run:
-            _print_dry_run(loaded, nproc or torchrun_world, as_json)
+            _print_dry_run(loaded, nproc or torchrun_world, as_json, resume=resume is not None, overwrite=overwrite)
             return
         if nproc is not None and nproc > 1 and "WORLD_SIZE" not in os.environ:
             # The recipe is valid (checked above, once); the workers run this same command without --nproc.
@@ -118,10 +118,11 @@ def finetune(
         finally:
             reporter.close()
 
-    run_guarded(go)
+    run_guarded(go, sigterm=False)  # the loop handles SIGTERM itself: it saves last/ first (distributed.SigtermFlag)
 
 
-def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
+def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume: bool = False,
+                   overwrite: bool = False) -> None:
     from . import data
     from .names import OPTIMIZERS
     from .optim import anneal_lambda, pull_weight
@@ -142,7 +143,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
     warnings = schedule_warnings(recipe, total)
     if not as_json:  # the plan first: it needs no model, and a model that cannot load stops what follows
         _print_plan(recipe, world_size, total, t0, lambdas, warnings)
-    checks = for_dry_run(recipe, examples, world_size)
+    checks = for_dry_run(recipe, examples, world_size, resume=resume, overwrite=overwrite)
     if as_json:
         plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
                 "global_batch": tc.batch_size * world_size * tc.grad_accum,
@@ -151,8 +152,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False) -> None:
             plan["recall_floor"] = oc.recall_floor
             plan["penalty_weight"] = [{"step": t, "weight": pull_weight(oc.anneal_w, v, oc.recall_floor)}
                                       for t, v in lambdas.items()]
-        typer.echo(json.dumps({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings,
-                               **checks.to_dict()}, indent=2))
+        typer.echo(dumps_json({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings, **checks.to_dict()}))
     else:
         _print_checks(checks)
     checks.raise_on_failure()
@@ -218,6 +218,7 @@ def evaluate(
     def go() -> None:
         from .evaluate import evaluate_checkpoint
 
+        check_device(device)
         if record is not None:
             if task is not None or data_dir is not None or split is not None or batch_size is not None:
                 fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", EXIT_USAGE)
@@ -225,7 +226,7 @@ def evaluate(
 
             summary = write_record(path, record, against=against, probe=probe, device=device, overwrite=overwrite)
             if as_json:
-                typer.echo(json.dumps(summary, indent=2))
+                typer.echo(dumps_json(summary))
                 return
             final, measured = summary["final"], summary.get("probe") or {}
             shown = [f"{k}={final[k]:.4g}" for k in final if k not in ("step",)]
@@ -238,7 +239,7 @@ def evaluate(
 
         result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
         if as_json:
-            typer.echo(json.dumps(result, indent=2))
+            typer.echo(dumps_json(result))
             return
         from rich.table import Table
 
@@ -251,7 +252,19 @@ def evaluate(
             table.add_row(name, f"{value:.4f}")
         out_console.print(table)
 
-    run_guarded(go)
+    def written() -> float | None:
+        summary = record / "summary.json" if record is not None else None
+        return summary.stat().st_mtime if summary is not None and summary.is_file() else None
+
+    def stopped() -> str | None:  # a record is renamed into place last: a stop before that leaves it as it was
+        if record is None:
+            return None
+        if written() != before:
+            return f"the record {record} was complete before the stop"
+        return f"no record was written to {record}; run the same command again"
+
+    before = written()
+    run_guarded(go, interrupted_hint=stopped, writes=record)
 
 
 # ---- sweep / forgetting / compare ------------------------------------------------------------------

@@ -6,20 +6,29 @@ compare) and all report errors through ``run_guarded`` so that every command fai
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import signal
+import threading
 import time
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
 
 import typer
 
 from .errors import (  # noqa: F401 - the exit codes, re-exported for the command modules
     EXIT_CODES_HELP,
     EXIT_DIVERGED,
+    EXIT_ENVIRONMENT,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PREEMPTED,
     EXIT_USAGE,
+    EnvironmentProblem,
+    Terminated,
     exit_code_of,
 )
 
@@ -40,10 +49,37 @@ def _rank() -> int:
 
 
 RESUME_HINT = "continue with `recall finetune --resume OUTPUT_DIR`"
+# What the commands that stage their output (merge, evaluate --record) say when stopped: nothing is there.
+RERUN_HINT = "nothing was written; run the same command again"
 
 
-def run_guarded(fn, interrupted_hint: str | None = RESUME_HINT) -> None:
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as Ctrl-C
+    raises KeyboardInterrupt: staging folders are removed on the way out (rundir.staged_folder holds
+    further signals while it cleans up) and run_guarded exits 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RESUME_HINT, *,
+                sigterm: bool = True, writes: object = None) -> None:
     """Call ``fn``; map known errors to one line and an exit code, unknown ones to exit 1.
+
+    Ctrl-C exits 130 and SIGTERM 143 (with ``sigterm``; finetune handles SIGTERM itself, saving last/
+    first), each with one line and ``interrupted_hint`` (or what it returns, asked then). An OSError of
+    the environment (disk full, permission denied, read-only, a path that cannot be a folder) is an
+    EnvironmentProblem naming its path, else ``writes`` (exit 4).
 
     Under torchrun the known errors are decided alike on every rank (the same recipe and files, or a
     decision all ranks agreed on), so rank 0 alone prints the line; unknown ones print on every rank,
@@ -51,15 +87,23 @@ def run_guarded(fn, interrupted_hint: str | None = RESUME_HINT) -> None:
     debug = bool(os.environ.get("RECALL_DEBUG"))
     rank = _rank()
     try:
-        fn()
+        if sigterm:
+            with sigterm_as_interrupt():
+                fn()
+        else:
+            fn()
     except typer.Exit:
         raise
-    except KeyboardInterrupt:
-        typer.echo("interrupted" + (f": {interrupted_hint}" if interrupted_hint else ""), err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as stop:
+        hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
+        what, code = ("stopped by SIGTERM", EXIT_PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", EXIT_INTERRUPTED)
+        typer.echo(what + (f": {hint}" if hint else ""), err=True)
+        raise typer.Exit(code)
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
         if debug:
             raise
+        if exit_code_of(exc) is None:
+            exc = EnvironmentProblem.from_os_error(exc, writes) or exc
         code = exit_code_of(exc)
         if code is None:
             where = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
@@ -70,3 +114,32 @@ def run_guarded(fn, interrupted_hint: str | None = RESUME_HINT) -> None:
         else:
             typer.echo("\n".join(exc.lines()), err=True)
         raise typer.Exit(code)
+
+
+def check_device(device: str) -> None:
+    """--device: auto, cpu or cuda, and cuda only where a CUDA device is visible (DeviceError, exit 2)."""
+    from .errors import DeviceError
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise DeviceError(f"--device {device}: choose auto, cpu or cuda")
+    from .runtime import resolve_device
+
+    resolve_device(device, option="--device")
+
+
+def strict_json(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None (numpy numbers and arrays as Python's)."""
+    if type(data).__module__ == "numpy" and hasattr(data, "tolist"):
+        data = data.tolist()
+    if isinstance(data, dict):
+        return {key: strict_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(value) for value in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def dumps_json(data: Any) -> str:
+    """What every --json prints: strict JSON (null for a missing or undefined number, never NaN)."""
+    return json.dumps(strict_json(data), indent=2, allow_nan=False)

@@ -15,14 +15,17 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # a bug: an error recall did not expect
 EXIT_USAGE = 2  # bad usage, recipe, data, model, run directory or record: nothing was written
 EXIT_DIVERGED = 3  # the loss became NaN/inf
+# The machine, not the input: disk full, permission denied, a read-only file system, a path that cannot be a folder.
+EXIT_ENVIRONMENT = 4
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
 EXIT_PREEMPTED = 143
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory; "
-    "3 training diverged (NaN/inf loss); 130 interrupted; 143 stopped by SIGTERM after saving last/ "
-    "(continue with --resume). RECALL_DEBUG=1 shows tracebacks."
+    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory "
+    "(nothing written); 3 training diverged (NaN/inf loss); 4 environment: disk full, permission denied, "
+    "read-only file system or an output path that cannot be a folder (nothing half-written); 130 interrupted; "
+    "143 stopped by SIGTERM (finetune saves last/ first: continue with --resume). RECALL_DEBUG=1 shows tracebacks."
 )
 
 
@@ -88,6 +91,51 @@ class ReportError(RecallError, ValueError):
 
 class SweepError(RecallError, ValueError):
     """A sweep that cannot start as asked; the message says what to change."""
+
+
+class EnvironmentProblem(RecallError, RuntimeError):
+    """The machine stops a write: disk full, permission denied, a read-only file system, a path that is a
+    file or a dangling link where a folder must go. The message names the path and what to free or change;
+    the writers stage and rename (rundir.staged_folder), so nothing is left half-written."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+    @classmethod
+    def from_os_error(cls, error: BaseException, path: object = None) -> "EnvironmentProblem | None":
+        """The line for an OSError that a read or write raised, naming its path (else ``path``, what
+        the command writes); None for an errno that is not the environment's (a bug: exit 1). Rust
+        libraries (safetensors) report the errno in their message, "... (os error 28)": read as one."""
+        import errno
+        import re
+
+        if not isinstance(error, OSError):
+            found = re.search(r"\(os error (\d+)\)", str(error))
+            if found is None:
+                return None
+            error = OSError(int(found.group(1)), str(error))
+        where = error.filename2 or error.filename or path
+        # A staging folder (.OUT.tmp-x1y2, see rundir.staged_folder) is removed by now: name OUT.
+        where = re.sub(r"(^|/)\.([^/]+)\.tmp-[^/]+", r"\1\2", str(where)) if where is not None else None
+        advice = {
+            errno.ENOSPC: "no space left on the device: free space there, or write somewhere else",
+            errno.EDQUOT: "disk quota exceeded: free space in your quota, or write somewhere else",
+            errno.EACCES: "permission denied: give yourself access (chmod/chown), or use another path",
+            errno.EPERM: "operation not permitted: give yourself access (chmod/chown), or use another path",
+            errno.EROFS: "read-only file system: write to a folder on a writable one",
+            errno.ENOTDIR: "a part of the path is a file or a dangling symbolic link, not a folder: "
+                           "remove it, or choose another path",
+            errno.EEXIST: "already exists, as a file where a folder must go: remove it, or choose another path",
+            errno.EISDIR: "is a folder where a file must go: remove it, or choose another path",
+            errno.ENAMETOOLONG: "the name is too long for the file system: choose a shorter path",
+        }.get(error.errno)
+        if advice is None:
+            return None
+        return cls(f"{where}: {advice}" if where is not None else advice)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C (cli_common.run_guarded installs the handler), so that every
+    ``except BaseException`` cleanup (rundir.staged_folder's staging folder) runs; exit 143."""
 
 
 class TrainingDiverged(RecallError, RuntimeError):

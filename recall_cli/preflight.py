@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -56,6 +57,12 @@ class Check:
     name: str
     status: Status
     message: str
+    # A check the run makes with its own code (the output folder, the probe files) keeps the run's error,
+    # so that the dry run fails with the same line and exit code.
+    error: Exception | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message}
 
 
 @dataclass
@@ -88,8 +95,19 @@ class Preflight:
     checks: list[Check] = field(default_factory=list)
     memory: MemoryEstimate | None = None
 
-    def add(self, name: str, status: Status, message: str) -> None:
-        self.checks.append(Check(name, status, message))
+    def add(self, name: str, status: Status, message: str, error: Exception | None = None) -> None:
+        self.checks.append(Check(name, status, message, error))
+
+    def as_the_run(self, name: str, check, ok: str) -> None:
+        """Run ``check()``, the code the run itself calls: its RecallError is this check's failure."""
+        from .errors import RecallError
+
+        try:
+            check()
+        except RecallError as exc:
+            self.add(name, "fail", str(exc), exc)
+        else:
+            self.add(name, "ok", ok)
 
     @property
     def failures(self) -> list[Check]:
@@ -97,12 +115,14 @@ class Preflight:
 
     def raise_on_failure(self) -> None:
         failures = self.failures
+        if failures and failures[0].error is not None:
+            raise failures[0].error  # the run's own error: its line and exit code
         if failures:
             more = f" (and {len(failures) - 1} more: see recall finetune --dry-run)" if len(failures) > 1 else ""
             raise PreflightError(f"preflight: {failures[0].message}{more}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": not self.failures, "checks": [asdict(c) for c in self.checks],
+        return {"ok": not self.failures, "checks": [c.to_dict() for c in self.checks],
                 "memory": self.memory.to_dict() if self.memory else None}
 
 
@@ -136,6 +156,10 @@ def check_positions(report: Preflight, recipe: Recipe, config) -> None:
                    f"set task.max_seq_length={limit} or less")
     else:
         report.add("max_seq_length", "ok", f"{asked} of the model's {limit} positions")
+    probe = recipe.probe
+    if probe.enabled and limit is not None and probe.max_length > limit:  # the probes tokenize with it too
+        report.add("probe.max_length", "fail", f"probe.max_length={probe.max_length} is more than the model's {limit} "
+                                               f"positions: set probe.max_length={limit} or less")
 
 
 def check_tokenizer(report: Preflight, recipe: Recipe, tokenizer, config) -> None:
@@ -336,11 +360,14 @@ def run_checks(recipe: Recipe, tokenizer, *, num_labels: int, device: torch.devi
     return report
 
 
-def for_dry_run(recipe: Recipe, examples, world_size: int = 1) -> Preflight:
+def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, resume: bool = False,
+                overwrite: bool = False) -> Preflight:
     """What `recall finetune --dry-run` checks: the tokenizer, the config, and the training rows
-    (``examples``, from data.load_split) tokenized for the activation length."""
-    from . import data
+    (``examples``, from data.load_split) tokenized for the activation length; then, with the run's
+    own code (train_setup.prepare calls the same), the output folder and the probe files."""
+    from . import data, rundir
     from .model import load_tokenizer
+    from .probes.runner import load_inputs
     from .runtime import resolve_device, resolve_precision
 
     tc = recipe.train
@@ -350,5 +377,14 @@ def for_dry_run(recipe: Recipe, examples, world_size: int = 1) -> Preflight:
     spec = data.task_spec(recipe.task)
     features = data.tokenize(examples, tokenizer, recipe.task.max_seq_length)
     lengths = [len(ids) for ids in features.input_ids]
-    return run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
-                      world_size=world_size, lengths=lengths)
+    report = run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
+                        world_size=world_size, lengths=lengths)
+    run_dir = recipe.output_dir
+    if not resume:
+        report.as_the_run("output_dir", lambda: rundir.check_new_run_dir(Path(run_dir), overwrite),
+                          f"{run_dir} can be written" + (" (replaced: --overwrite)" if overwrite else ""))
+    p = recipe.probe
+    if p.enabled:
+        report.as_the_run("probe files", lambda: load_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4),
+                          f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
+    return report

@@ -244,7 +244,28 @@ def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe 
     return (None if problems else recipe), problems
 
 
+# What other trainers call recall's keys (transformers' TrainingArguments, the released RecAdam script):
+# the did-you-mean of a name that spelling alone would not find (learning_rate is closer to name than to lr).
+ALIASES = {
+    "learning_rate": "lr", "adam_epsilon": "eps", "adam_eps": "eps", "epsilon": "eps", "gamma": "pretrain_cof",
+    "per_device_train_batch_size": "batch_size", "train_batch_size": "batch_size",
+    "per_device_eval_batch_size": "eval_batch_size", "gradient_accumulation_steps": "grad_accum",
+    "num_train_epochs": "epochs", "logging_steps": "log_every", "eval_steps": "eval_every",
+    "save_steps": "save_every", "save_total_limit": "keep_last", "max_length": "max_seq_length",
+    "model_name_or_path": "name_or_path", "model_name": "name_or_path", "model": "name_or_path",
+}
+
+
 def _unknown(key: str, valid: list[str]) -> str:
+    section, _, name = key.rpartition(".")
+    alias = ALIASES.get(name)
+    if alias is not None:
+        # In the same section, else the one key of that name elsewhere (learning_rate at the top -> optimizer.lr).
+        same = f"{section}.{alias}" if section else alias
+        elsewhere = [k for k in all_keys() if k.rpartition(".")[2] == alias]
+        target = same if same in valid else elsewhere[0] if len(elsewhere) == 1 else None
+        if target is not None:
+            return f"unknown key '{key}' (did you mean '{target}'?)"
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else f" (valid keys: {', '.join(valid)})"
     return f"unknown key '{key}'{hint}"

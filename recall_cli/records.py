@@ -110,6 +110,7 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
 
     path, out = Path(path), Path(out)
     _check_out(out, overwrite)
+    rundir.check_writable(out, "--record")  # before the scoring: disk, permissions, a file in the way (exit 4)
     source = rundir.locate(path)
     folder, merge = source.folder, source.merge if source.kind == "merge" else None
     raw = _recipe_dict(source)
@@ -169,7 +170,7 @@ def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Pat
 def _check_out(out: Path, overwrite: bool) -> None:
     """An existing non-empty ``out`` is replaced only with --overwrite, and only when it is a record:
     never a training run (its weights) or anything else."""
-    if not out.exists() or not any(out.iterdir()):
+    if not out.is_dir() or not any(out.iterdir()):
         return
     if not overwrite:
         raise RecordError(f"{out} already exists: choose another --record folder, or add --overwrite")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import RunDirError
+from .errors import EnvironmentProblem, RunDirError
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -296,8 +297,68 @@ def staged_folder(dest: Path, check: Callable[[], None] | None = None) -> Iterat
             check()
         swap_into_place(staging, dest)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short
+            shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (delivered after the block), where the platform can hold them."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def check_writable(dest: Path, what: str, need_bytes: int | None = None) -> None:
+    """Raise EnvironmentProblem (exit 4) unless a folder can be written at ``dest`` (by staged_folder
+    or in place): not a file or a dangling symbolic link, and the nearest existing folder above it
+    writable, on a writable file system, with ``need_bytes`` free. ``what`` names the option
+    ("--out", "output_dir"). Touches nothing; called before the expensive work."""
+    dest = Path(dest)
+    shown = f"{what} {dest}"
+    if dest.is_symlink() and not dest.exists():
+        raise EnvironmentProblem(f"{shown} is a dangling symbolic link (to {os.readlink(dest)}): remove it, or choose another path")
+    if dest.exists() and not dest.is_dir():
+        raise EnvironmentProblem(f"{shown} is a file, not a folder: remove it, or choose another path")
+    above = dest.parent
+    while not above.exists() and above != above.parent:
+        if above.is_symlink():
+            raise EnvironmentProblem(f"{shown}: {above} is a dangling symbolic link (to {os.readlink(above)}): "
+                                     "remove it, or choose another path")
+        above = above.parent
+    if above == Path("."):
+        above = Path.cwd()  # named in the messages: "." would say little
+    if not above.is_dir():
+        raise EnvironmentProblem(f"{shown}: {above} is a file, not a folder: remove it, or choose another path")
+    targets = [above] + ([dest] if dest.is_dir() else [])
+    for folder in targets:
+        if _read_only(folder):
+            raise EnvironmentProblem(f"{shown}: {folder} is on a read-only file system: write to a folder on a writable one")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise EnvironmentProblem(f"{shown}: cannot write in {folder} (permission denied): give yourself write "
+                                     "access (chmod/chown), or choose another folder")
+    if need_bytes:
+        free = shutil.disk_usage(above).free
+        if free < need_bytes:
+            raise EnvironmentProblem(f"{shown}: needs about {_mib(need_bytes)}, {above} has {_mib(free)} free: "
+                                     "free space there, or choose another folder")
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows): os.access decides
+        return False
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def remove_stale_staging(run_dir: Path) -> None:
@@ -312,8 +373,9 @@ def remove_stale_staging(run_dir: Path) -> None:
 def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
     """Refuse to clobber an existing directory unless asked, and never replace one that is not a run.
     Touches nothing: every rank of a distributed run checks this before the process group exists, so
-    all of them fail alike (:class:`NewRunDir` applies it)."""
-    if run_dir.exists() and any(run_dir.iterdir()):
+    all of them fail alike (:class:`NewRunDir` applies it). A folder that cannot be written there
+    (a file, a dangling link, a read-only or foreign parent) is an EnvironmentProblem."""
+    if run_dir.is_dir() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunDirError(
                 f"output_dir {run_dir} already exists: continue it with --resume {run_dir}, "
@@ -324,6 +386,7 @@ def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
                 f"output_dir {run_dir} exists and is not a recall run directory: --overwrite only replaces runs; "
                 "choose another output_dir"
             )
+    check_writable(run_dir, "output_dir")
 
 
 class NewRunDir:

@@ -18,12 +18,16 @@ from .errors import DeviceError  # noqa: F401 - raised here, importable from her
 
 
 
-def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
-    """cpu, or cuda; under torchrun cuda:LOCAL_RANK among the devices CUDA_VISIBLE_DEVICES shows."""
+def resolve_device(name: str, local_rank: int | None = None, *, option: str = "train.device") -> torch.device:
+    """cpu, or cuda; under torchrun cuda:LOCAL_RANK among the devices CUDA_VISIBLE_DEVICES shows.
+    ``option`` is where the user set it, for the message: a recipe key, or a flag such as --device."""
+    def setting(value: str) -> str:
+        return f"{option} {value}" if option.startswith("--") else f"{option}={value}"
+
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("train.device=cuda but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, or use train.device=cpu)")
+        raise DeviceError(f"{setting('cuda')} but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, or use {setting('cpu')})")
     if name == "cuda" and local_rank is not None:
         if local_rank >= torch.cuda.device_count():
             raise DeviceError(
