@@ -14,13 +14,16 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import JsonOpt, run_guarded
+from .cli_common import JsonOpt, dumps_json, run_guarded
 from .merge import METHODS, Option, known_options
 
 MERGE_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: fewer than two models, a missing folder, models of "
-    "different architectures, shapes or vocabularies, a missing or empty samples file, a temperature <= 0, "
-    "an --out that exists (nothing is written). RECALL_DEBUG=1 shows tracebacks."
+    "different architectures, shapes or vocabularies, an unreadable weights file, a missing or empty samples "
+    "file, a number that is not finite or out of range, settings that would write NaN/inf weights, an --out "
+    "that exists, a failed --evaluate (nothing is written); 4 --out cannot be written (disk full, permission "
+    "denied, read-only, a file or dangling link in the way); 130 Ctrl-C, 143 SIGTERM (nothing is written). "
+    "RECALL_DEBUG=1 shows tracebacks."
 )
 
 
@@ -48,14 +51,17 @@ def merge(
         from . import merge as m
 
         given = {name: method_options[_parameter_name(name)] for name in known_options()}
-        merged = m.run_merge(models, out, method, given, device=device)
-        scores = m.score_outputs(merged, device) if evaluate else None
+        merged = m.run_merge(models, out, method, given, device=device, evaluate=evaluate)
+        scores = merged.scores
         if as_json:
-            typer.echo(json.dumps({**merged.result.record, **({"scores": scores} if scores else {})}, indent=2))
+            typer.echo(dumps_json({**merged.result.record, **({"scores": scores} if scores else {})}))
             return
         _print(merged.result, scores)
 
-    run_guarded(go, interrupted_hint=None)
+    def stopped() -> str:  # the outputs are renamed into place last: a stop before that leaves no --out
+        return f"{out} was complete before the stop" if out.exists() else f"nothing was written to {out}; run the same command again"
+
+    run_guarded(go, interrupted_hint=stopped, writes=out)
 
 
 # --help lists the options in the order they had before the methods declared them; an option that a

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import EXIT_USAGE, JsonOpt, fail, run_guarded
+from .cli_common import JsonOpt, check_device, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = ("Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, probe file, model or run directory "
                     "(nothing is written). RECALL_DEBUG=1 shows tracebacks.")
@@ -43,13 +43,12 @@ def probe(
         from .probes.targets import probe_targets
 
         names = [p.strip() for p in probes.split(",") if p.strip()]
-        if device not in ("auto", "cpu", "cuda"):
-            fail(f"--device {device!r}: choose auto, cpu or cuda", EXIT_USAGE)
+        check_device(device)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
                              num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
                              batch_size=batch_size, device=device)
         if as_json:
-            typer.echo(json.dumps(rows, indent=2))
+            typer.echo(dumps_json(rows))
             return
         from .console import out_console
         from .report.probe_tables import probe_table

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import MergeError
+from ..errors import DeviceError, MergeError
 from .base import MergeMethod, MethodSpec, Option
 from .linear import Linear
 from .recall import Recall
@@ -103,6 +103,7 @@ def parse_options(given: Mapping[str, Any]) -> dict[str, Any]:
 class Merged(NamedTuple):
     result: MergeResult  # the output folder, merge.json's record, one output folder per input
     sources: list[Source]  # the inputs as opened
+    scores: list[dict[str, Any]] | None = None  # with evaluate: each input alone and merged
 
 
 def run_merge(
@@ -112,6 +113,7 @@ def run_merge(
     options: Mapping[str, Any] | None = None,
     *,
     device: str = "auto",
+    evaluate: bool = False,
 ) -> Merged:
     """The whole `recall merge`: check the options, open and check the models, build the method
     (RECALL: choose the samples, as --samples, --task or the reference run's task says, and compute
@@ -119,35 +121,73 @@ def run_merge(
 
     ``options`` maps names of ``known_options()`` to values as the command line gives them (a path for
     samples, "0.5,0.5" for weights); an option not given takes the method's default. ``device``
-    (auto, cpu or cuda) is where RECALL computes representations. Problems raise MergeError (or the
-    resolver's and the device's errors) with the line to print; nothing is written then."""
+    (auto, cpu or cuda) is where RECALL computes representations. With ``evaluate``, each input with a
+    task and a head is scored alone (before the merge) and merged (while the outputs are still staged,
+    so that a failed evaluation leaves no OUT). Problems raise MergeError (or the resolver's, the
+    device's and the environment's errors) with the line to print; nothing is written then."""
     spec = method_spec(method)
     given = parse_options(options or {})
+    if device not in ("auto", "cpu", "cuda"):
+        raise DeviceError(f"--device {device}: choose auto, cpu or cuda")
     from ..runtime import resolve_device
     from . import engine
 
     out = Path(out)
     engine.check_out(out)
+    torch_device = resolve_device(device, option="--device")
     sources = engine.open_sources(list(models))
+    engine.check_room(out, sources)
+    alone = _score_inputs(sources, out, device) if evaluate else None
     values = {option.name: given.get(option.name, option.default) for option in spec.options}
-    fuser, record = spec.build(sources, values, device=resolve_device(device))
+    fuser, record = spec.build(sources, values, device=torch_device)
     anchors = engine.base_anchors(sources, values.get("base")) if fuser.needs_base else None
-    return Merged(engine.merge(sources, fuser, out, anchors=anchors, record=record), sources)
+    scores: list[dict[str, Any]] = []
+
+    def score_staged(outputs: dict[str, Path]) -> None:
+        scores.extend(_score_merged(alone or {}, outputs, out, device))
+
+    result = engine.merge(sources, fuser, out, anchors=anchors, record=record,
+                          before_rename=score_staged if evaluate else None)
+    return Merged(result, sources, scores if evaluate else None)
 
 
-def score_outputs(merged: Merged, device: str = "auto") -> list[dict[str, Any]]:
-    """Each input with a known task and a head scored alone and merged, on that task's dev split."""
+def _evaluating(out: Path, score):
+    """``score()``; an error it raises says that OUT was not written, and how to merge without it."""
+    from ..errors import RecallError
+
+    try:
+        return score()
+    except RecallError as exc:
+        if exc.exit_code != 2:
+            raise
+        raise MergeError(f"--evaluate: {exc} (nothing was written to {out}: fix this, or merge without --evaluate)") from exc
+
+
+def _score_inputs(sources: list[Source], out: Path, device: str) -> dict[str, dict[str, Any]]:
+    """Each input with a known task and a head, scored alone on its task's dev split."""
+    from ..evaluate import evaluate_checkpoint
+
+    return {s.name: _evaluating(out, lambda s=s: evaluate_checkpoint(s.run_dir or s.folder, device=device))
+            for s in sources if s.task is not None and s.head}
+
+
+def _score_merged(alone: Mapping[str, dict[str, Any]], outputs: Mapping[str, Path], out: Path,
+                  device: str) -> list[dict[str, Any]]:
     from ..evaluate import evaluate_checkpoint
 
     rows = []
-    for s in merged.sources:
-        if s.task is None or not s.head:
-            continue
-        alone = evaluate_checkpoint(s.run_dir or s.folder, device=device)
-        merged_score = evaluate_checkpoint(merged.result.outputs[s.name], device=device)
-        rows.append({"model": s.name, "task": alone["task"], "metric": "main",
-                     "individual": alone["metrics"]["main"], "merged": merged_score["metrics"]["main"]})
+    for name, scored in alone.items():
+        merged = _evaluating(out, lambda: evaluate_checkpoint(outputs[name], device=device))
+        rows.append({"model": name, "task": scored["task"], "metric": "main",
+                     "individual": scored["metrics"]["main"], "merged": merged["metrics"]["main"]})
     return rows
+
+
+def score_outputs(merged: Merged, device: str = "auto") -> list[dict[str, Any]]:
+    """Each input with a known task and a head scored alone and merged (the written outputs), on
+    that task's dev split."""
+    alone = _score_inputs(merged.sources, merged.result.out, device)
+    return _score_merged(alone, merged.result.outputs, merged.result.out, device)
 
 
 # The engine's names, imported on first use (they bring torch and safetensors).

@@ -18,9 +18,12 @@ Torch-free to import, like every method file: the command line reads the options
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import MergeError
 
 if TYPE_CHECKING:
     import torch
@@ -99,8 +102,26 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
+def finite(flag: str, value: Any, rule: str = "a finite number") -> float:
+    """A number a user gave, as a float, refused with one line unless it is finite (NaN and inf
+    would go on to poison every merged tensor, and merge.json)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise MergeError(f"{flag} {value}: give {rule}") from None
+    if not math.isfinite(number):
+        raise MergeError(f"{flag} {value}: not a finite number: give {rule}")
+    return number
+
+
+def check_lambda(value: float) -> float:
+    return finite("--lambda", value, "a finite number (e.g. 0.5)")
+
+
 # theta*, for methods built on task vectors (needs_base): the engine reads it, each such method declares it.
 BASE = Option("base", str, "theta*, the pretrained model (default: the runs' anchor.safetensors).")
+# The scale of the merged task vector: every method that reads it declares it with this check.
+LAMBDA_HELP = "scale of the merged task vector."
 
 
 class MethodSpec(Protocol):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,27 @@ def fuse(
             base = _base_tensor(anchors, n) if method.needs_base else None
             out = method.fuse(TensorVersions(sources, n, chunk_bytes), layer, base)
             merged[n] = out.to(_DTYPES.get(sources[0].dtypes[n], torch.float32)).contiguous()
+            if not bool(torch.isfinite(merged[n]).all()):
+                _check_not_poisoned(sources, method, n, out, base, chunk_bytes)
             del out, base
     return merged
+
+
+def _check_not_poisoned(sources: list[Source], method: MergeMethod, name: str, out: torch.Tensor,
+                        base: torch.Tensor | None, chunk_bytes: int) -> None:
+    """A merged tensor holds NaN/inf: fine where an input had them too, else the settings made them."""
+    inputs = [*TensorVersions(sources, name, chunk_bytes), *([base] if base is not None else [])]
+    if not all(bool(torch.isfinite(t).all()) for t in inputs):
+        return  # the inputs' own NaN/inf, carried through
+    def shown(value: Any) -> str:
+        return ",".join(map(shown, value)) if isinstance(value, (list, tuple)) else f"{value:g}" if isinstance(value, float) else str(value)
+
+    settings = " ".join(f"--{key} {shown(value)}" for key, value in method.describe().items())
+    dtype = sources[0].dtypes[name]
+    why = (f"beyond the range of {dtype}" if bool(torch.isfinite(out).all())
+           else f"NaN/inf{f' with {settings}' if settings else ''}")
+    raise MergeError(f"the {method.name} merge makes {sources[0].key(name)} {why}, though every input's is finite: "
+                     "choose smaller settings (nothing was written)")
 
 
 def _base_tensor(anchors: list[Anchor], name: str) -> torch.Tensor:
@@ -125,6 +145,11 @@ def _base_tensor(anchors: list[Anchor], name: str) -> torch.Tensor:
     return first
 
 
+def _copied(item: Path) -> bool:
+    """Whether an output takes this file of its source's folder as it is (config, tokenizer)."""
+    return not (item.name in _NOT_COPIED or item.name.endswith(_NOT_COPIED_SUFFIXES) or item.name.startswith("."))
+
+
 def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path) -> None:
     folder.mkdir()
     tensors = {source.key(n): t for n, t in merged.items()}
@@ -132,7 +157,7 @@ def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path)
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     del tensors
     for item in source.folder.iterdir():
-        if item.name in _NOT_COPIED or item.name.endswith(_NOT_COPIED_SUFFIXES) or item.name.startswith("."):
+        if not _copied(item):
             continue
         if item.is_file():
             shutil.copy2(item, folder / item.name)
@@ -151,6 +176,16 @@ def check_out(out: Path) -> None:
         raise MergeError(f"--out {out} already exists: choose a new folder (nothing is overwritten)")
 
 
+def check_room(out: Path, sources: list[Source]) -> None:
+    """Before any work: --out can be written, with room for the outputs (each about its source's
+    weights: the merged encoder plus that source's head). EnvironmentProblem (exit 4) otherwise."""
+    from ..rundir import check_writable
+
+    size = sum(f.stat().st_size for s in sources for f in set(s.files.values()))
+    size += sum(item.stat().st_size for s in sources for item in s.folder.iterdir() if _copied(item) and item.is_file())
+    check_writable(out, "--out", need_bytes=size)
+
+
 def merge(
     sources: list[Source],
     method: MergeMethod,
@@ -158,8 +193,11 @@ def merge(
     *,
     anchors: list[Anchor] | None = None,
     record: dict[str, Any] | None = None,
+    before_rename: Callable[[dict[str, Path]], None] | None = None,
 ) -> MergeResult:
-    """Fuse ``sources`` with ``method`` and write DIR/<name>/ per source plus DIR/merge.json."""
+    """Fuse ``sources`` with ``method`` and write DIR/<name>/ per source plus DIR/merge.json.
+    ``before_rename`` sees the complete outputs (name -> folder) while they are still staged; if it
+    raises, they are removed and DIR is not created."""
     out = Path(out)
     check_out(out)
     merged = fuse(sources, method, anchors)
@@ -183,4 +221,6 @@ def merge(
             "outputs": {name: str(path) for name, path in outputs.items()},
         }
         (staging / MERGE_RECORD).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        if before_rename is not None:
+            before_rename({s.name: staging / s.name for s in sources})
     return MergeResult(out, full, outputs)

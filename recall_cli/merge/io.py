@@ -14,16 +14,18 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from .. import rundir
 from ..errors import MergeError  # noqa: F401 - raised here, importable from here
-from ..model import ModelLoadError, resolve_name_or_path
+from ..model import ModelLoadError, resolve_name_or_path, unreadable_weights
 from ..rundir import locate
 
 WEIGHTS_FILE = "model.safetensors"
@@ -35,6 +37,23 @@ _SHARED_LAYER_TYPES = {"albert"}
 _BUFFERS = ("position_ids",)
 _BLOCK = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 
+
+
+@contextmanager
+def _opened(file: Path) -> Iterator[Any]:
+    """safe_open; a file that safetensors cannot read (truncated, another format) is a MergeError naming it."""
+    try:
+        with safe_open(str(file), "pt") as f:
+            yield f
+    except SafetensorError as exc:
+        raise MergeError(unreadable_weights(file, exc)) from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MergeError(f"{path}: not valid JSON ({exc}): copy or save the model again") from None
 
 
 @dataclass
@@ -78,11 +97,14 @@ def _base_prefix(model_type: str) -> str:
 def _tensor_files(folder: Path) -> dict[str, Path]:
     index = folder / INDEX_FILE
     if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        data = _read_json(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict):
+            raise MergeError(f"{index}: no weight_map: copy or save the model again")
         return {key: folder / file for key, file in weight_map.items()}
     single = folder / WEIGHTS_FILE
     if single.is_file():
-        with safe_open(str(single), "pt") as f:
+        with _opened(single) as f:
             return {key: single for key in f.keys()}
     if any(folder.glob("*.bin")):
         raise MergeError(f"{folder}: weights are a pickle (.bin), not safetensors: re-save the model with save_pretrained()")
@@ -104,7 +126,9 @@ def open_source(arg: str) -> Source:
         raise MergeError(str(exc)) from None
     located = locate(path)
     run_dir, folder = located.run_dir, located.folder
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = _read_json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise MergeError(f"{folder / 'config.json'}: not a model config (a JSON object): copy or save the model again")
     if config.get("model_type") in _SHARED_LAYER_TYPES:
         raise MergeError(f"{arg}: {config['model_type']} shares one set of weights across its layers: layer-wise merging does not apply")
     recipe = _read_recipe(located.recipe_file) if located.recipe_file else None
@@ -118,7 +142,7 @@ def open_source(arg: str) -> Source:
     for key, file in files.items():
         by_file[file].append(key)
     for file, keys in by_file.items():
-        with safe_open(str(file), "pt") as f:
+        with _opened(file) as f:
             for key in keys:
                 if prefix and not key.startswith(prefix):
                     head.append(key)
@@ -194,7 +218,7 @@ def read_tensors(files: dict[str, Path], keys: list[str]) -> dict[str, torch.Ten
         by_file[files[key]].append(key)
     out = {}
     for file, wanted in by_file.items():
-        with safe_open(str(file), "pt") as f:
+        with _opened(file) as f:
             for key in wanted:
                 out[key] = f.get_tensor(key)
     return out
@@ -207,7 +231,7 @@ def read_tensor(source: Source, name: str) -> torch.Tensor:
 
 def read_rows(source: Source, name: str, rows: slice) -> torch.Tensor:
     """Rows ``rows`` (of dimension 0) of one encoder tensor, without reading the rest."""
-    with safe_open(str(source.files[source.key(name)]), "pt") as f:
+    with _opened(source.files[source.key(name)]) as f:
         piece = f.get_slice(source.key(name))
         return piece[rows] if piece.get_shape() else piece[:]
 
@@ -258,7 +282,7 @@ def anchor_of(source: Source) -> Anchor | None:
     if source.run_dir is None or not (source.run_dir / rundir.ANCHOR_FILE).is_file():
         return None
     file = source.run_dir / rundir.ANCHOR_FILE
-    with safe_open(str(file), "pt") as f:
+    with _opened(file) as f:
         keys = list(f.keys())
     prefix = _base_prefix(source.model_type) + "."
     return Anchor(str(file), {k: file for k in keys}, prefix if any(k.startswith(prefix) for k in keys) else "")

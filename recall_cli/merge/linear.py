@@ -7,6 +7,7 @@ fusion is this method with the weights it computes per layer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,20 +22,22 @@ if TYPE_CHECKING:
 
 
 def normalise(weights: Sequence[float]) -> list[float]:
+    """Weights divided by their sum; refused unless finite, >= 0, with a finite positive sum."""
     total = float(sum(weights))
-    if any(w < 0 for w in weights) or total <= 0:
-        raise MergeError(f"--weights {','.join(f'{w:g}' for w in weights)}: weights must be >= 0 with a positive sum")
+    if any(not math.isfinite(w) or w < 0 for w in weights) or not 0 < total < math.inf:
+        raise MergeError(f"--weights {','.join(f'{w:g}' for w in weights)}: weights must be finite numbers >= 0 "
+                         "with a positive sum (e.g. 0.5,0.5)")
     return [float(w) / total for w in weights]
 
 
 def parse_weights(text: str | Sequence[float]) -> tuple[float, ...]:
-    """--weights 0.5,0.5 (or a sequence of numbers, from Python)."""
-    if not isinstance(text, str):
-        return tuple(float(w) for w in text)
+    """--weights 0.5,0.5 (or a sequence of numbers, from Python), checked as normalise checks them."""
     try:
-        return tuple(float(w) for w in text.split(","))
-    except ValueError:
+        weights = tuple(float(w) for w in (text.split(",") if isinstance(text, str) else text))
+    except (TypeError, ValueError):
         raise MergeError(f"--weights {text}: give numbers separated by commas, one per model (e.g. 0.5,0.5)") from None
+    normalise(weights)
+    return weights
 
 
 class Linear:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
 from . import samples
-from .base import Option
+from .base import Option, finite
 from .linear import Linear
 
 if TYPE_CHECKING:
@@ -38,19 +38,17 @@ DEFAULT_GAMMA = "hidden"
 
 
 def check_temperature(value: float) -> float:
-    if value <= 0:
-        raise MergeError(f"--temperature {value:g}: the softmax temperature must be > 0 (e.g. {DEFAULT_TEMPERATURE:g})")
-    return value
+    temperature = finite("--temperature", value, f"a softmax temperature > 0 (e.g. {DEFAULT_TEMPERATURE:g})")
+    if temperature <= 0:
+        raise MergeError(f"--temperature {temperature:g}: the softmax temperature must be > 0 (e.g. {DEFAULT_TEMPERATURE:g})")
+    return temperature
 
 
 def parse_gamma(value: str | float) -> str | float:
-    """--gamma: median, hidden or a positive number."""
+    """--gamma: median, hidden or a positive finite number."""
     if value in ("median", "hidden"):
         return value
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
+    number = finite("--gamma", value, "median, hidden or a positive number")
     if number <= 0:
         raise MergeError(f"--gamma {value}: use median, hidden or a positive number")
     return number
@@ -134,10 +132,7 @@ def gammas(reps: list[torch.Tensor], ref: int, gamma: str | float) -> list[float
 
     layers, _, hidden = reps[ref].shape
     if isinstance(gamma, (int, float)) or gamma not in ("median", "hidden"):
-        value = float(gamma)
-        if value <= 0:
-            raise MergeError(f"--gamma {gamma}: use median, hidden or a positive number")
-        return [value] * layers
+        return [float(parse_gamma(gamma))] * layers
     if gamma == "hidden":
         return [1.0 / hidden] * layers
     out = []
@@ -165,10 +160,11 @@ def similarities(reps: list[torch.Tensor], ref: int, gamma_n: list[float]) -> np
 def softmax_weights(s: np.ndarray, temperature: float) -> np.ndarray:
     import numpy as np
 
-    z = s / temperature
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+    with np.errstate(all="ignore"):  # an overflow (a tiny temperature) is reported by the caller
+        z = s / temperature
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
 
 
 def recall_weights(
@@ -186,13 +182,13 @@ def recall_weights(
     device: torch.device | None = None,
 ) -> tuple[Recall, dict[str, Any]]:
     """The linear method with RECALL's per-layer weights, and what merge.json records about them."""
+    import numpy as np
     import torch
 
     from ..data import Examples, tokenize
     from ..model import load_tokenizer
 
-    if temperature <= 0:
-        raise MergeError(f"--temperature {temperature:g}: the softmax temperature must be > 0")
+    temperature = check_temperature(temperature)
     if not texts:
         raise MergeError("no input to take typical samples from: the samples are empty")
     device = device or torch.device("cpu")
@@ -217,7 +213,15 @@ def recall_weights(
         reps.append(pool_reps[:, chosen] if i == ref else layer_representations(source.folder, sample_features, batch_size, device, pad_id))
     gamma_n = gammas(reps, ref, gamma)
     s = similarities(reps, ref, gamma_n)
+    if not np.isfinite(s).all():  # a gamma so large that gamma * distance overflows
+        layer = int(np.argwhere(~np.isfinite(s))[0][0])
+        raise MergeError(f"--gamma {gamma} gives similarities that are not finite numbers at layer {layer} "
+                         f"(gamma {gamma_n[layer]:g}): use --gamma hidden or a smaller number")
     w = softmax_weights(s, temperature)
+    if not np.isfinite(w).all():  # a temperature so small that s / tau overflows
+        layer = int(np.argwhere(~np.isfinite(w))[0][0])
+        raise MergeError(f"--temperature {temperature:g} gives RECALL weights that are not finite numbers at layer {layer}: "
+                         f"use a larger temperature (e.g. {DEFAULT_TEMPERATURE:g})")
     report = {
         "temperature": temperature,
         "gamma_rule": gamma if isinstance(gamma, str) else float(gamma),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .base import BASE, Option
+from .base import BASE, LAMBDA_HELP, Option, check_lambda
 
 if TYPE_CHECKING:
     import torch
@@ -18,7 +18,7 @@ class TaskArithmetic:
     name = "task_arithmetic"
     label = "task_arithmetic"
     needs_base = True
-    options = (BASE, Option("lambda", float, "scale of the merged task vector.", default=0.5))
+    options = (BASE, Option("lambda", float, LAMBDA_HELP, default=0.5, parse=check_lambda))
 
     @classmethod
     def build(cls, sources: list[Source], values: Mapping[str, Any], *,

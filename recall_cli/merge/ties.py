@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
-from .base import BASE, Option, Versions, as_versions
+from .base import BASE, LAMBDA_HELP, Option, Versions, as_versions, check_lambda, finite
 
 if TYPE_CHECKING:
     import torch
@@ -80,14 +80,22 @@ def ties_merge(vectors: Tensor, density: float) -> Tensor:
     return _disjoint_mean(trim(vectors, density))
 
 
+def check_density(value: float) -> float:
+    density = finite("--density", value, "the kept fraction of each task vector, in (0, 1]")
+    if not 0 < density <= 1:
+        raise MergeError(f"--density {density:g}: the kept fraction of each task vector must be in (0, 1]")
+    return density
+
+
 class Ties:
     name = "ties"
     label = "ties"
     needs_base = True
     options = (
         BASE,
-        Option("lambda", float, "scale of the merged task vector.", default=1.0),
-        Option("density", float, "fraction of each task vector kept.", default=0.2, show_default=True),
+        Option("lambda", float, LAMBDA_HELP, default=1.0, parse=check_lambda),
+        Option("density", float, "fraction of each task vector kept.", default=0.2, show_default=True,
+               parse=check_density),
     )
 
     @classmethod
@@ -96,9 +104,7 @@ class Ties:
         return cls(values["lambda"], values["density"]), {}
 
     def __init__(self, lam: float, density: float):
-        if not 0 < density <= 1:
-            raise MergeError(f"--density {density:g}: the kept fraction of each task vector must be in (0, 1]")
-        self.lam, self.density = float(lam), float(density)
+        self.lam, self.density = check_lambda(lam), check_density(density)
 
     def fuse(self, tensors: Versions | Sequence[Tensor], layer: int, base: Tensor | None) -> Tensor:
         import torch

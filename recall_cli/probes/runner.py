@@ -47,10 +47,24 @@ def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | Non
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(PROBES)}")
+    check_size("--num-texts", num_texts, 4, optional=True)
+    check_size("--num-pairs", num_pairs, 3, optional=True)
     reads = {names.PROBES[p].reads for p in probes}
     texts = load_texts(texts_file, num_texts) if "texts" in reads else []
     pairs = load_pairs(pairs_file, num_pairs) if "pairs" in reads else None
-    return ProbeInputs(texts, pairs)
+    notes = []
+    if pairs is not None and float(pairs.gold.min()) == float(pairs.gold.max()):  # the file's do differ (load_pairs)
+        notes.append(f"sts: the {len(pairs)} pairs sampled from {pairs.source} all score {pairs.gold[0]:g}: "
+                     "no Spearman correlation (sample more pairs)")
+    return ProbeInputs(texts, pairs, notes)
+
+
+def check_size(flag: str, value: int | None, least: int, optional: bool = False) -> None:
+    """A count a user gave (the command line checks its own; this is for every other caller)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ProbeError(f"{flag} {value}: give a whole number >= {least}" + (" (or none: all)" if optional else ""))
 
 
 def encoder_of(model: torch.nn.Module) -> torch.nn.Module:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,11 +74,16 @@ def load_pairs(path: str | Path | None, limit: int | None = None) -> PairSet:
             value = float(row[score])
         except (TypeError, ValueError):
             raise ProbeError(f"{path}: row {i}: score {row.get(score)!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ProbeError(f"{path}: row {i}: score {row.get(score)!r} is not a finite number: give every pair a real score")
         first.append(str(row["sentence1"]))
         second.append(str(row["sentence2"]))
         gold.append(value)
     if len(gold) < 3:
         raise ProbeError(f"{path}: {len(gold)} pairs; a Spearman correlation needs at least 3 (a few hundred is usual)")
+    if min(gold) == max(gold):
+        raise ProbeError(f"{path}: all {len(gold)} pairs score {gold[0]:g}: a Spearman correlation needs scores that "
+                         "differ (is the score column the right one?)")
     order = list(range(len(gold)))
     if limit and limit < len(order):
         order = sorted(random.Random(SAMPLE_SEED).sample(order, limit))

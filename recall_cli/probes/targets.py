@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from .runner import Prober, load_inputs, load_mlm_head
+from ..preflight import position_limit
+from .runner import Prober, check_size, load_inputs, load_mlm_head
 from .sets import ProbeError
 
 
@@ -49,18 +50,25 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     from ..model import load_encoder, load_tokenizer
     from ..runtime import resolve_device
 
+    check_size("--max-length", max_length, 8)
+    check_size("--batch-size", batch_size, 1)
     resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs)
-    dev = resolve_device(device)
+    dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
     for reference in dict.fromkeys(t.reference for t in resolved):
         tokenizer = load_tokenizer(reference)
         ref_model = load_encoder(reference).to(dev)
+        limit = position_limit(ref_model.config)
+        if limit is not None and max_length > limit:
+            raise ProbeError(f"--max-length {max_length} is more than the {limit} positions of θ* {reference}: "
+                             f"use --max-length {limit} or less")
         head, note = load_mlm_head(reference) if "mlm" in probes else (None, None)
         prober = Prober(probes, inputs, tokenizer, ref_model, dev, max_length=max_length, batch_size=batch_size,
                         mlm_head=head, mlm_note=note)
         for target in (t for t in resolved if t.reference == reference):
             theta = ref_model if target.theta == reference else load_encoder(target.theta).to(dev)
+            _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": reference,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs, **record,
@@ -70,3 +78,17 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return [results[t.name] for t in resolved]
+
+
+def _check_same_shapes(theta: torch.nn.Module, reference: torch.nn.Module, target: Target) -> None:
+    """θ and θ* compared in one space (drift, the MLM head, CKA layer by layer) need one architecture:
+    the same parameters of the same shapes (a model of another width is refused, not broadcast)."""
+    mine = {n: tuple(p.shape) for n, p in theta.named_parameters()}
+    theirs = {n: tuple(p.shape) for n, p in reference.named_parameters()}
+    shared = [n for n in mine if n in theirs]
+    fix = "give the model it was fine-tuned from as --against"
+    if not shared:
+        raise ProbeError(f"{target.name} and θ* {target.reference} share no parameter: {fix}")
+    for n in shared:
+        if mine[n] != theirs[n]:
+            raise ProbeError(f"{target.name}: {n} has shape {list(mine[n])}, θ* {target.reference} {list(theirs[n])}: {fix}")
