@@ -62,8 +62,13 @@ def _load(what: str, loader, name: str, **kwargs):
             f"{name} is a folder without config.json: point model.name_or_path at a save_pretrained folder "
             "(config.json, weights and tokenizer files) or at a hub id"
         )
+    from safetensors import SafetensorError
+
     try:
         return loader(name, **kwargs)
+    except SafetensorError as exc:  # a truncated download or copy, or another format under the name
+        files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+        raise ModelLoadError(unreadable_weights(files[0] if len(files) == 1 else folder / "*.safetensors", exc)) from exc
     except (OSError, ValueError) as exc:
         # transformers reports missing weight or tokenizer files as OSError, and a tokenizer it cannot
         # build from what the folder holds as ValueError: both are a folder that is not a full checkpoint.
@@ -77,6 +82,12 @@ def _load(what: str, loader, name: str, **kwargs):
             f"(offline?): download it where there is internet (`hf download {name}`) or set model.name_or_path "
             "to a local folder with config.json, weights and tokenizer files"
         ) from exc
+
+
+def unreadable_weights(path: Path | str, error: Exception) -> str:
+    """The line for a weights file that safetensors cannot read."""
+    reason = " ".join(str(error).split())[:160]
+    return f"{path}: not a readable safetensors file ({reason}): it is truncated or in another format; copy or save it again"
 
 
 # A vocabulary file of one of these kinds (or any *.model sentencepiece file) makes a folder's tokenizer.
