@@ -1,3 +1,47 @@
-"""recall: fine-tune pretrained language models with less forgetting (RecAdam)."""
+"""recall: fine-tune pretrained language models with less forgetting (RecAdam).
+
+The public API is what ``__all__`` lists (README: "RecAdam in your own training loop"); every other
+module and name is private and may change. Names load on first use, so ``import recall_cli`` (and
+``recall --help``) does not import torch or transformers.
+
+    recadam_for(model, pretrained, ...)   RecAdam for a transformers model, θ* read from its checkpoint by name
+    anchor_distance(optimizer)            ‖θ − θ*‖ over the parameters RecAdam pulls toward θ*
+    RecAdamCallback(trainer)              logs λ(t), the penalty weight and the distance through the HF Trainer's log
+    probe(model, tokenizer, against=...)  what a model in memory still knows of θ*: `recall probe`'s measures
+    RecAdam                               the optimizer itself, for parameter groups you build
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["RecAdam", "RecAdamCallback", "__version__", "anchor_distance", "probe", "recadam_for"]
+
+_HOMES = {
+    "RecAdam": "recall_cli.optim",
+    "RecAdamCallback": "recall_cli.hf_trainer",
+    "anchor_distance": "recall_cli.api",
+    "probe": "recall_cli.api",
+    "recadam_for": "recall_cli.api",
+}
+
+if TYPE_CHECKING:  # for editors and type checkers; at run time each name loads on first use
+    from .api import anchor_distance, probe, recadam_for
+    from .hf_trainer import RecAdamCallback
+    from .optim import RecAdam
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'recall_cli' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

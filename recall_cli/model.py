@@ -160,6 +160,19 @@ def _reinit_head(model: torch.nn.Module, names: set[str]) -> None:
                     p.normal_(0.0, std)
 
 
+def fresh_parameters(loading_info: dict) -> set[str]:
+    """Parameters that ``from_pretrained(..., output_loading_info=True)`` did not read from the
+    checkpoint, by its loading report: missing there, or there with another shape (a resized head)."""
+    return set(loading_info.get("missing_keys", ())) | {key for key, *_ in loading_info.get("mismatched_keys", ())}
+
+
+def anchors_by_name(model: torch.nn.Module, fresh: set[str], copy: bool = True) -> dict[str, Tensor]:
+    """theta*: every parameter of a model just loaded from its pretrained checkpoint, by name, except
+    the ``fresh`` ones (those get plain Adam). ``copy=False`` when ``model`` is thrown away after."""
+    return {name: p.detach().clone() if copy else p.detach()
+            for name, p in model.named_parameters() if name not in fresh}
+
+
 @dataclass
 class BuiltModel:
     model: torch.nn.Module
@@ -195,15 +208,13 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
         trust_remote_code=cfg.trust_remote_code,
         **extra,
     )
-    fresh = set(info.get("missing_keys", ())) | {key for key, *_ in info.get("mismatched_keys", ())}
+    fresh = fresh_parameters(info)
     if head_is_new(cfg, pretrained.config):
         head = head_parameter_names(pretrained)
         torch.manual_seed(seed)
         _reinit_head(pretrained, head - fresh)
         fresh |= head
-    anchors = {
-        name: p.detach().clone() for name, p in pretrained.named_parameters() if name not in fresh
-    }
+    anchors = anchors_by_name(pretrained, fresh)
     if not anchors:
         raise ModelLoadError(f"no parameter of {cfg.name_or_path} has pretrained weights: is it a pretrained checkpoint?")
     if cfg.init == "pretrained":

@@ -1,0 +1,162 @@
+"""recall as a library: RecAdam for a model you built, its distance to θ*, and the probes on a model in memory.
+
+The same pieces `recall finetune` and `recall probe` run (model.py's name matching of θ*, model.py's
+parameter groups, optim.RecAdam, probes.runner.Prober), behind three calls for a training loop you
+already have. The Hugging Face Trainer's logging callback is in hf_trainer.py. README: "RecAdam in
+your own training loop".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .optim import RecAdam, distance_to_anchor
+
+__all__ = ["anchor_distance", "probe", "recadam_for"]
+
+DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
+
+
+def recadam_for(
+    model: torch.nn.Module,
+    pretrained: str | os.PathLike,
+    *,
+    lr: float = 2e-5,
+    pretrain_cof: float = 5000.0,
+    anneal_fun: str = "sigmoid",
+    anneal_k: float = 0.5,
+    anneal_t0: float = 250,
+    anneal_w: float = 1.0,
+    recall_floor: float = 0.0,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    mode: str = "decoupled",
+    head: str = "auto",
+    anchor_dtype: torch.dtype | None = None,
+    foreach: bool | None = None,
+    fused: bool | None = None,
+    trust_remote_code: bool = False,
+) -> RecAdam:
+    """RecAdam for ``model`` (any ``transformers`` PreTrainedModel), pulled toward the pretrained
+    weights θ* of ``pretrained`` (a hub id, a local folder or ``pkg:MODULE``).
+
+    θ* is read from the checkpoint on disk by parameter name: ``type(model).from_pretrained`` loads it
+    with ``model``'s config, and its loading report says which parameters it holds (the same matching
+    as `recall finetune`). Parameters it lacks or holds with another shape (a new classification
+    head, resized embeddings) get plain Adam. ``head`` is recall's ``model.head``: "auto" leaves a
+    fine-tuned classifier checkpoint's head unanchored (another task's head is no prior), "keep"
+    anchors it, "new" never anchors a head. Four groups: (anchored | not) x (weight decay | none for
+    biases and norms). ``anneal_t0`` is in optimizer steps; the other arguments are RecAdam's
+    (the defaults are the recipe's). Build it after ``model.to(device)`` (θ* is put on each
+    parameter's device).
+    """
+    from .model import (
+        _load,
+        anchors_by_name,
+        fresh_parameters,
+        head_is_new,
+        head_parameter_names,
+        parameter_groups,
+        quiet_transformers,
+    )
+    from .recipe import ModelConfig, OptimizerConfig
+
+    loader = getattr(type(model), "from_pretrained", None)
+    if loader is None or not hasattr(model, "config"):
+        raise TypeError(f"recadam_for needs a transformers PreTrainedModel, not {type(model).__name__} "
+                        "(unwrap torch.compile or DDP first: pass the module they wrap)")
+    if mode not in ("decoupled", "coupled"):
+        raise ValueError(f"mode {mode!r}: choose 'decoupled' (RecAdam) or 'coupled'")
+    if head not in ("auto", "keep", "new"):
+        raise ValueError(f"head {head!r}: choose 'auto', 'keep' or 'new'")
+    quiet_transformers()
+    reference, info = _load("model", loader, str(pretrained), config=model.config, output_loading_info=True,
+                            ignore_mismatched_sizes=True, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    fresh = fresh_parameters(info)
+    if head_is_new(ModelConfig(name_or_path=str(pretrained), head=head), reference.config):
+        fresh |= head_parameter_names(reference)
+    anchors = anchors_by_name(reference, fresh, copy=False)  # RecAdam copies θ* onto each parameter's device
+    own = dict(model.named_parameters())
+    anchors = {name: a for name, a in anchors.items() if name in own and own[name].shape == a.shape}
+    if not anchors:
+        raise ValueError(f"no parameter of {type(model).__name__} has a pretrained counterpart in {pretrained}: "
+                         "is it the checkpoint this model was built from?")
+    name = "adam_coupled" if mode == "coupled" else "recadam"
+    groups = parameter_groups(model, anchors, OptimizerConfig(name=name, weight_decay=weight_decay))
+    optimizer = RecAdam(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        anneal_fun=anneal_fun, anneal_k=anneal_k, anneal_t0=anneal_t0, anneal_w=anneal_w,
+                        pretrain_cof=pretrain_cof, recall_floor=recall_floor, mode=mode,
+                        anchor_dtype=anchor_dtype, foreach=foreach, fused=fused)
+    del reference, anchors
+    return optimizer
+
+
+def anchor_distance(optimizer: torch.optim.Optimizer) -> float:
+    """‖θ − θ*‖ over the parameters RecAdam pulls toward θ* (the distance `recall finetune` logs).
+    Accepts the optimizer as a wrapper (accelerate's) hands it back too."""
+    pairs = list(unwrap(optimizer).anchored())
+    return distance_to_anchor(*zip(*pairs)) if pairs else 0.0
+
+
+def unwrap(optimizer: Any) -> RecAdam:
+    """The RecAdam inside accelerate's AcceleratedOptimizer (or any wrapper that keeps it as ``.optimizer``)."""
+    seen = optimizer
+    while not isinstance(seen, RecAdam) and hasattr(seen, "optimizer"):
+        seen = seen.optimizer
+    if not isinstance(seen, RecAdam):
+        raise TypeError(f"{type(optimizer).__name__} is not RecAdam: build it with recall_cli.recadam_for")
+    return seen
+
+
+@torch.no_grad()
+def probe(
+    model: torch.nn.Module,
+    tokenizer,
+    against: str | os.PathLike,
+    *,
+    probes: Sequence[str] = DEFAULT_PROBES,
+    texts: str | os.PathLike | None = None,
+    pairs: str | os.PathLike | None = None,
+    num_texts: int | None = None,
+    num_pairs: int | None = None,
+    max_length: int = 128,
+    batch_size: int = 64,
+    name: str = "model",
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
+    """What ``model`` (in memory: a classifier, an MLM model or a bare encoder) still knows of θ* =
+    ``against``: the measures `recall probe` prints, with its defaults (all probe sentences and STS
+    pairs, 128 tokens), as one record with the same fields as a row of `recall probe --json`:
+    ``target`` (``name``), ``theta`` (None: in memory), ``reference``, ``texts``, ``pairs``, ``cka``,
+    ``cka_debiased``, ``cka_layers``, ``cka_debiased_layers``, ``drift``, ``sts``, ``sts_ref``,
+    ``sts_retained``, ``mlm_loss``, ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran),
+    ``probe_seconds`` and ``notes``. Runs on the model's device; leaves its mode (train/eval) as it was.
+    """
+    from .model import load_encoder
+    from .preflight import position_limit
+    from .probes.runner import Prober, check_size, load_inputs, load_mlm_head
+    from .probes.sets import ProbeError
+
+    check_size("max_length", max_length, 8)
+    check_size("batch_size", batch_size, 1)
+    probes = list(probes)
+    inputs = load_inputs(probes, str(texts) if texts else None, str(pairs) if pairs else None, num_texts, num_pairs)
+    reference = str(against)
+    device = next(model.parameters()).device
+    ref_model = load_encoder(reference, trust_remote_code).to(device)
+    limit = position_limit(ref_model.config)
+    if limit is not None and max_length > limit:
+        raise ProbeError(f"max_length {max_length} is more than the {limit} positions of θ* {reference}: "
+                         f"use max_length={limit} or less")
+    head, note = load_mlm_head(reference, trust_remote_code) if "mlm" in probes else (None, None)
+    prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
+                    mlm_head=head, mlm_note=note)
+    del ref_model
+    record = prober.measure(model)
+    return {"target": name, "theta": None, "reference": reference, "texts": prober.n_texts, "pairs": prober.n_pairs,
+            **record, "notes": list(prober.notes)}
