@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from .card import write_card
 from .errors import RunDirError
 from .rundir import (  # noqa: F401 - the format's names, importable from here as before
     ANCHOR_FILE,
@@ -107,13 +108,17 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scaler: torch.amp.GradScaler | None = None,
     rng_states: list[dict[str, Any]] | None = None,
+    card: str | None = None,
 ) -> Path:
     """A save_pretrained folder that `from_pretrained` opens as it is; with the training state when given.
-    ``rng_states`` holds one state per rank (default: this process's)."""
+    ``rng_states`` holds one state per rank (default: this process's). ``card``: the folder's README.md
+    (card.model_card), written with the weights so that it always describes them."""
     dest = run_dir / name
     with staged_folder(dest) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        if card is not None:
+            write_card(staging, card, previous=dest if dest.is_dir() else None)
         if trainer_state is not None:
             torch.save(
                 {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import __version__, checkpoint, data, rundir
+from . import __version__, card, checkpoint, data, rundir
 from .distributed import Distributed, SigtermFlag, shard
 from .errors import Preempted, TrainingDiverged
 from .evaluate import score
@@ -119,6 +119,11 @@ class _Loop:
         self.t, self.reporter, self.new_dir = t, reporter, new_dir
         self.writer = rundir.MetricsWriter(t.run_dir, enabled=t.ctx.is_main)
         self.replicas_differ = False
+        # The latest eval and probe records, for the checkpoints' model cards (a resumed run's from
+        # metrics.jsonl, already cut back to the resumed step).
+        earlier = rundir.read_metrics(t.run_dir) if t.resumed and t.ctx.is_main else []
+        self.last_eval = next((r for r in reversed(earlier) if r["split"] == "eval"), None)
+        self.last_probe = next((r for r in reversed(earlier) if r["split"] == "probe"), None)
 
     def run(self) -> None:
         t, state = self.t, self.t.state
@@ -154,11 +159,12 @@ class _Loop:
         if step % tc.log_every == 0 or last:
             self.log_train(step, lr)
         evaluate_now = bool(tc.eval_every and step % tc.eval_every == 0) or last
-        if evaluate_now:
-            self.evaluate(step)
+        improved = self.evaluate(step) if evaluate_now else False
         every = t.recipe.probe.every
         if t.prober is not None and ((evaluate_now and not every) or (every and step % every == 0) or last):
             self.probe(step)
+        if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
+            checkpoint.save_checkpoint(t.run_dir, "best", t.model, t.tokenizer, card=self.card("best", step))
         save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
         if save_now or stop or last:
             self.save_last(step)
@@ -180,30 +186,41 @@ class _Loop:
         self.reporter.train(record)
         t.state.window.update(empty_window())
 
-    def evaluate(self, step: int) -> None:
+    def evaluate(self, step: int) -> bool:
+        """Scores the dev set; True when it is the best score yet (the caller saves best/)."""
         t = self.t
         metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
                         autocast_for(t.precision, t.device), t.ctx)
         record = {"step": step, "split": "eval", **metrics}
         self.writer.write(record)
         self.reporter.eval(record)
+        self.last_eval = record
         main = metrics["main"]
         if math.isfinite(main) and (t.state.best_main is None or main > t.state.best_main):
             t.state.best_main, t.state.best_step = main, step
-            if t.ctx.is_main:
-                checkpoint.save_checkpoint(t.run_dir, "best", t.model, t.tokenizer)
+            return True
+        return False
 
     def probe(self, step: int) -> None:
         record = record_at(self.t.prober, self.t.model, step)
         self.writer.write(record)
+        self.last_probe = record
         self.reporter.eval({k: v for k, v in record.items() if not isinstance(v, list)})
+
+    def card(self, name: str, step: int) -> str:
+        """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
+        t = self.t
+        distance = distance_to_anchor(*zip(*t.pairs)) if t.pairs else None
+        return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps,
+                               evaluation=self.last_eval, probe=self.last_probe, distance=distance,
+                               version=__version__)
 
     def save_last(self, step: int) -> None:
         t = self.t
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.is_main:
             folder = checkpoint.save_checkpoint(t.run_dir, "last", t.model, t.tokenizer, t.state.__dict__,
-                                                t.optimizer, t.scaler, rng_states)
+                                                t.optimizer, t.scaler, rng_states, card=self.card("last", step))
             checkpoint.rotate_step_checkpoints(t.run_dir, step, t.recipe.train.keep_last, folder)
         t.ctx.barrier()  # no rank runs ahead of, or exits before, a complete last/
 

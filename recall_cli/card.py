@@ -1,0 +1,246 @@
+"""The model card (README.md) of a checkpoint folder: the Hub's format, and what the model kept.
+
+A card opens with YAML metadata that the Hub and model browsers read (``base_model``, ``datasets``,
+``metrics``, ``model-index`` with the dev results, ``library_name: transformers``, ``tags``), then
+says how the checkpoint was trained (the recipe's key settings), its dev metrics, and what no other
+card says: how much of the pretrained model's skill it kept (the probe record at that step and the
+distance to θ*). The training loop writes it into best/ and last/ inside the same staged folder as the
+weights (checkpoint.save_checkpoint), so a card always describes the weights beside it.
+
+Torch-free: the text is built from the recipe and metrics.jsonl records alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .names import OPTIMIZERS, TASKS
+
+CARD_FILE = "README.md"
+# A card recall wrote carries this line; a README.md without it is someone else's and is kept
+# (as KEPT_FILE) when recall replaces the folder.
+MARKER = "<!-- recall model card: written by recall with this folder's weights; replaced with them. -->"
+KEPT_FILE = "README.user.md"
+TAGS = ("recall", "recadam")
+
+# recall's metric names -> (the Hub's metric type, as the evaluate library names it; a reader's name)
+_METRICS = {
+    "accuracy": ("accuracy", "Accuracy"),
+    "f1": ("f1", "F1"),
+    "mcc": ("matthews_correlation", "Matthews correlation"),
+    "pearson": ("pearsonr", "Pearson"),
+    "spearman": ("spearmanr", "Spearman"),
+}
+_NOT_METRICS = ("step", "split", "main", "distance")
+
+
+def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
+               probe: dict[str, Any] | None, distance: float | None, version: str | None = None) -> str:
+    """The README.md of ``checkpoint`` ("best" or "last") of a run trained with ``recipe`` (a
+    recipe.Recipe), saved at ``step``: ``evaluation`` and ``probe`` are the latest eval and probe
+    records of metrics.jsonl at or before that step (or None), ``distance`` ‖θ − θ*‖ at that step."""
+    if version is None:
+        from . import __version__ as version
+    meta = _metadata(recipe, checkpoint, step, evaluation)
+    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
+    parts = [f"---\n{front}---\n", MARKER, "", *_body(recipe, checkpoint, step, total_steps, evaluation, probe,
+                                                        distance, version)]
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def write_card(folder: Path, text: str, previous: Path | None = None) -> None:
+    """Write ``text`` as ``folder``/README.md (``folder``: the staging folder). ``previous`` is the
+    folder it replaces: a README.md there that recall did not write is carried into ``folder`` as
+    README.user.md (and one already kept there is carried again), never overwritten or dropped."""
+    if previous is not None:
+        kept = previous / KEPT_FILE
+        theirs = previous / CARD_FILE
+        if kept.is_file():
+            shutil.copy2(kept, folder / KEPT_FILE)
+        elif theirs.is_file() and not is_recall_card(theirs):
+            shutil.copy2(theirs, folder / KEPT_FILE)
+    (folder / CARD_FILE).write_text(text, encoding="utf-8")
+
+
+def is_recall_card(path: Path) -> bool:
+    try:
+        return MARKER in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+# ---- the YAML metadata ---------------------------------------------------------------------------
+
+
+def hub_id(name: str) -> str | None:
+    """``name`` when it reads as a Hub model id ("bert-base-uncased", "org/name"); None for a local
+    folder or a pkg: model, which the Hub cannot link to (the Trainer's cards leave those out too)."""
+    if name.startswith("pkg:") or Path(name).expanduser().exists():
+        return None
+    return name if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) and not name.startswith(".") else None
+
+
+def _metadata(recipe: Any, checkpoint: str, step: int, evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    task = recipe.task.name
+    glue = task in TASKS
+    meta: dict[str, Any] = {}
+    base = hub_id(recipe.model.name_or_path)
+    if base and recipe.model.init == "pretrained":
+        meta["base_model"] = base
+    if glue:
+        meta["datasets"] = ["glue"]
+    results = _results(recipe, evaluation) if evaluation is not None and evaluation.get("step") == step else []
+    metrics = list(dict.fromkeys(m["type"] for r in results for m in r["metrics"]))
+    if metrics:
+        meta["metrics"] = metrics
+    meta["library_name"] = "transformers"
+    meta["tags"] = list(TAGS)
+    if results:  # only numbers measured on these weights
+        meta["model-index"] = [{"name": f"{Path(recipe.output_dir).name}-{checkpoint}", "results": results}]
+    return meta
+
+
+def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+    """One model-index result per dev split (MNLI's mismatched metrics carry the split's suffix:
+    accuracy_mismatched), finite values only."""
+    task = recipe.task.name
+    spec = TASKS.get(task)
+    splits = spec.dev_splits if spec else ("dev",)
+    suffixes = ["", *("_" + s.rsplit("_", 1)[-1] for s in splits[1:])]
+    results = []
+    for split, suffix in zip(splits, suffixes):
+        metrics = []
+        for key, value in _dev_metrics(evaluation).items():
+            base, of = _split_key(key, suffixes[1:])
+            if of == suffix and base in _METRICS and _finite(value):
+                kind, label = _METRICS[base]
+                metrics.append({"type": kind, "value": round(float(value), 6), "name": label})
+        if not metrics:
+            continue
+        if spec:
+            hub_split = "validation" if split == "dev" else split.replace("dev", "validation")
+            dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": hub_split, "args": task}
+        else:
+            dataset = {"name": Path(recipe.task.dev_file or "dev").name, "type": "custom", "split": "dev"}
+        results.append({"task": {"type": "text-classification", "name": "Text Classification"},
+                        "dataset": dataset, "metrics": metrics})
+    return results
+
+
+def _split_key(key: str, suffixes: list[str]) -> tuple[str, str]:
+    """("accuracy_mismatched", ["_mismatched"]) -> ("accuracy", "_mismatched"); a first-split key keeps ""."""
+    for suffix in suffixes:
+        if key.endswith(suffix):
+            return key[: -len(suffix)], suffix
+    return key, ""
+
+
+# ---- the text ------------------------------------------------------------------------------------
+
+
+def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
+          probe: dict[str, Any] | None, distance: float | None, version: str) -> list[str]:
+    o, t, m = recipe.optimizer, recipe.train, recipe.model
+    entry = OPTIMIZERS.get(o.name)
+    label = entry.label if entry else o.name
+    task = TASKS[recipe.task.name].title if recipe.task.name in TASKS else f"a custom task ({recipe.task.dev_file or recipe.task.train_file})"
+    run = Path(recipe.output_dir)
+    lines = [f"# {run.name}: {checkpoint}/", ""]
+    start = "from its pretrained weights" if m.init == "pretrained" else "from a random initialisation of its architecture"
+    which = "the best dev score" if checkpoint == "best" else "the latest save"
+    glue = "GLUE " if recipe.task.name in TASKS else ""
+    lines += [(f"`{m.name_or_path}` fine-tuned on {glue}{task} {start} with {label}, by recall {version}. "
+               f"This folder is step {step} of {total_steps} ({which}); recall wrote this card with its weights."), ""]
+
+    lines += ["## Recipe", "", "| setting | value |", "|---|---|", f"| optimizer | {label} (`{o.name}`) |"]
+    if entry is None or entry.anchored:
+        t0 = recipe.anneal_t0_steps(total_steps)
+        lines += [f"| γ (`pretrain_cof`) | {_g(o.pretrain_cof)} |",
+                  f"| t0 (`anneal_t0`, steps) | {_g(t0)} |",
+                  f"| k (`anneal_k`) | {_g(o.anneal_k)} |",
+                  f"| annealing | {o.anneal_fun}, w = {_g(o.anneal_w)} |"]
+        if o.recall_floor > 0:
+            lines.append(f"| floor (`recall_floor`) | {_g(o.recall_floor)} |")
+    lines += [f"| learning rate | {_g(o.lr)} |",
+              f"| steps | {step} of {total_steps} |",
+              f"| batch size | {t.batch_size} × {t.grad_accum} (per process × accumulation) |",
+              f"| seed | {t.seed} |",
+              f"| initialisation | {m.init} |", ""]
+
+    lines += ["## Dev results", ""]
+    dev = _dev_metrics(evaluation) if evaluation else {}
+    if not dev:
+        lines += ["Not evaluated yet at this step.", ""]
+    else:
+        at = evaluation.get("step")
+        if at != step:
+            lines += [f"Last evaluated at step {at}, not on these weights (step {step}).", ""]
+        lines += [f"| metric (step {at}) | value |", "|---|---|"]
+        lines += [f"| {k} | {_num(v)} |" for k, v in dev.items()]
+        lines.append("")
+
+    lines += ["## What it kept", ""]
+    kept = _kept(probe, distance)
+    if probe is not None and probe.get("step") != step:
+        lines += [f"Probed at step {probe.get('step')} (these weights are step {step}); the distance is at step {step}.", ""]
+    if kept:
+        lines += [(f"Measured against θ* = `{m.name_or_path}`, the pretrained weights ({_probe_inputs(recipe)}); "
+                   "a ratio of 1 is θ*'s own skill."), "",
+                  "| measure | value | what it says |", "|---|---|---|", *kept, ""]
+    if probe is None:
+        lines += ["No probe ran (`probe.enabled: false`): `recall probe` measures it after the fact.", ""]
+
+    lines += ["## Use", "", "```python", "from transformers import AutoModelForSequenceClassification, AutoTokenizer", "",
+              f'model = AutoModelForSequenceClassification.from_pretrained("{run / checkpoint}")',
+              f'tokenizer = AutoTokenizer.from_pretrained("{run / checkpoint}")', "```", ""]
+    return lines
+
+
+def _probe_inputs(recipe: Any) -> str:
+    p = getattr(recipe, "probe", None)
+    if p is None:
+        return "recall's probe sentences"
+    texts = "all probe sentences" if p.num_texts is None else f"{p.num_texts} probe sentences"
+    pairs = "all STS pairs" if p.num_pairs is None else f"{p.num_pairs} STS pairs"
+    return f"{texts}, {pairs}, {p.max_length} tokens"
+
+
+def _kept(probe: dict[str, Any] | None, distance: float | None) -> list[str]:
+    rows = []
+    p = probe or {}
+    if _finite(p.get("sts_retained")):
+        rows.append(f"| `sts_retained` | {p['sts_retained']:.3f} | zero-shot STS Spearman ρ(θ)/ρ(θ*) "
+                    f"({_num(p.get('sts'))} / {_num(p.get('sts_ref'))}) |")
+    if _finite(p.get("cka")):
+        rows.append(f"| CKA | {p['cka']:.3f} | linear CKA of last-layer sentence representations with θ*'s |")
+    if _finite(p.get("cka_debiased")):
+        rows.append(f"| CKA (debiased) | {p['cka_debiased']:.3f} | the same, the less optimistic estimator |")
+    if _finite(p.get("drift")):
+        rows.append(f"| drift | {p['drift']:.4f} | mean 1 − cos between θ's and θ*'s sentence embeddings (0: none) |")
+    if _finite(p.get("mlm_ratio")):
+        rows.append(f"| `mlm_ratio` | {p['mlm_ratio']:.3f} | masked-LM loss under θ*'s head, θ / θ* (> 1: worse) |")
+    if _finite(distance):
+        rows.append(f"| distance to θ* | {distance:.4f} | ‖θ − θ*‖ over the parameters with a pretrained counterpart |")
+    return rows
+
+
+def _dev_metrics(evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (evaluation or {}).items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4f}" if _finite(value) else "–"
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
