@@ -61,7 +61,7 @@ def probe(
 
 
 def tradeoff(
-    run_dir: Annotated[Path, typer.Argument(help="A folder of run directories (searched recursively), e.g. a sweep's --out.")],
+    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set.", show_default=False)],
     out: Annotated[Path, typer.Option(help="Figure file: .png, .svg or .pdf.")] = Path("tradeoff.png"),
     x: Annotated[str, typer.Option(help="Task score on the x-axis: an eval metric (main, accuracy, mcc, ...).")] = "main",
     y: Annotated[str, typer.Option(help="Retained skill on the y-axis: a probe measure (sts_retained, mlm_ratio, cka, cka_debiased, drift, sts).")] = "sts_retained",

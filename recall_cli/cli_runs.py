@@ -140,7 +140,7 @@ def forgetting(
 
 
 def compare(
-    run_dir: Annotated[Path, typer.Argument(help="A folder of run directories (searched recursively), e.g. a sweep's --out.")],
+    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set.", show_default=False)],
     by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) to group by (default: every key that differs between runs of a task), e.g. optimizer.anneal_k or k.")] = None,
     metric: Annotated[str, typer.Option(help="Eval metric: main (the paper's per-task metric), accuracy, f1, mcc, pearson, spearman; a probe measure (sts_retained, cka, drift, ...); distance (||theta - theta*||) or train_seconds.")] = "main",
     table: Annotated[Optional[str], typer.Option(help="Paper preset: init (Table 2: vanilla / RecAdam + PI / + RI), k (one row per k), main (Table 1: vanilla vs RecAdam, median and max; per task the setting with the best median on dev, as the paper selects t0 and k).")] = None,

@@ -323,3 +323,22 @@ def test_forgetting_figure_draws_the_penalty_weight_of_floored_runs(tmp_path, mo
     dotted = {tuple(line.get_ydata()) for line in ax_lambda.get_lines() if line.get_linestyle() == ":"}
     assert dotted == {tuple(w) for w in weights.values()}
     assert "penalty's weight" in ax_lambda.get_title()
+
+
+def test_several_folders_are_read_as_one_set(floor_sweep, tmp_path):
+    """compare and tradeoff take several folders (e.g. two sweeps' --out); a run named twice counts once."""
+    other = tmp_path / "vanilla"
+    seeds(other, "adamw", 0.85, 0.7, optimizer="adamw")
+    result = invoke("tradeoff", floor_sweep, other, floor_sweep / "floor0.01_s1", "--within", "1.0", "--json",
+                    "--out", tmp_path / "t.png")
+    assert result.exit_code == 0, result.output
+    (choice,) = json.loads(result.stdout)
+    # vanilla (85.0) is now the best score: floor 0.005 (84.0) is the most skill within 1 point of it
+    assert choice["settings"] == {"optimizer.name": "recadam", "optimizer.recall_floor": 0.005}
+    names = {c["name"]: c["n"] for c in choice["candidates"]}
+    assert names["vanilla fine-tuning"] == 3 and names["RecAdam floor 0.01"] == 3
+    table = invoke("compare", floor_sweep, other, "--format", "json", "--stats", "median")
+    assert table.exit_code == 0 and {r["n"] for r in json.loads(table.stdout)} == {3}
+    assert len(json.loads(table.stdout)) == 5
+    missing = invoke("compare", tmp_path / "nope", other)
+    assert missing.exit_code == 2 and "nope is not a folder" in missing.output

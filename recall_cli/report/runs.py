@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import yaml
@@ -102,9 +103,24 @@ def read_run(path: Path, name: str) -> Run:
     return Run(path, name, settings, read_summary(path), read_metrics(path))
 
 
-def load_runs(root: Path, warn: Callable[[str], None] = lambda message: None) -> list[Run]:
-    """Every run directory at or under ``root``; other folders are named in a warning and skipped."""
-    root = Path(root)
+def load_runs(root: Path | Sequence[Path], warn: Callable[[str], None] = lambda message: None) -> list[Run]:
+    """Every run directory at or under ``root`` (or under each of several roots, read as one set); other
+    folders are named in a warning and skipped."""
+    if not isinstance(root, (str, Path)):
+        roots = list(dict.fromkeys(Path(r) for r in root))
+        runs = [run for r in roots for run in _runs_under(r, warn)]
+        if not runs:
+            raise ReportError(f"no recall run directories under {', '.join(map(str, roots))} (a run directory holds "
+                              "config.yaml and metrics.jsonl, as recall finetune writes them)")
+        return list({run.path.resolve(): run for run in runs}.values())  # a run under two roots counts once
+    runs = _runs_under(Path(root), warn)
+    if not runs:
+        raise ReportError(f"no recall run directories under {root} (a run directory holds config.yaml and "
+                          "metrics.jsonl, as recall finetune writes them)")
+    return runs
+
+
+def _runs_under(root: Path, warn: Callable[[str], None]) -> list[Run]:
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder: give a run directory or a folder of run directories")
     found: list[Path] = []
@@ -134,9 +150,6 @@ def load_runs(root: Path, warn: Callable[[str], None] = lambda message: None) ->
             runs.append(read_run(path, name))
         except (OSError, ValueError, yaml.YAMLError) as exc:
             warn(f"{path}: cannot read the run ({exc}): skipped")
-    if not runs:
-        raise ReportError(f"no recall run directories under {root} (a run directory holds config.yaml and "
-                          "metrics.jsonl, as recall finetune writes them)")
     return runs
 
 
