@@ -83,8 +83,9 @@ def tradeoff(
 
         if within is not None:
             check_within(within)
-        runs = report.load_runs(run_dir, warn=lambda m: typer.echo(f"warning: {m}", err=True))
-        settings = tradeoff_points(runs, x, y, list(by or []))
+        warn = lambda m: typer.echo(f"warning: {m}", err=True)
+        runs = report.load_runs(run_dir, warn=warn)
+        settings = tradeoff_points(runs, x, y, list(by or []), warn=warn)
         choices = choose_within(runs, settings, x, y, within) if within is not None else None
         tradeoff_figure(settings, x, y, out, runs=runs, choices=choices)
         if as_json:

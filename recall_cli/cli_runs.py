@@ -21,8 +21,9 @@ SWEEP_EXIT_CODES = (
     "resume). RECALL_DEBUG=1 shows tracebacks."
 )
 REPORT_EXIT_CODES = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage (no runs under the directory, unknown key, metric, "
-    "preset or format). RECALL_DEBUG=1 shows tracebacks."
+    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning "
+    "naming it); 1 unexpected failure; 2 bad usage (no readable runs under the directory, unknown key, metric, "
+    "preset or format; no figure is written). RECALL_DEBUG=1 shows tracebacks."
 )
 
 
@@ -112,11 +113,12 @@ def forgetting(
         groups = report.forgetting_groups(runs, label)
         # Runs with probe records get a second figure beside the first: forgetting in function space.
         probes_out = out.with_name(f"{out.stem}_probes{out.suffix}") if probe_tables.has_probes(runs) else None
+        # Every table first: what can fail on the runs' data fails before a figure is written.
+        rows = report.forgetting_rows(runs, groups)
+        probe_rows = probe_tables.probe_rows(groups)
         forgetting_figure(groups, out, dpi=dpi)
         if probes_out is not None:
             probe_figure(groups, probes_out, dpi=dpi)
-        rows = report.forgetting_rows(runs, groups)
-        probe_rows = probe_tables.probe_rows(groups)
         if as_json:
             by_run = {r["run"]: r for r in probe_rows}
             for row in rows:

@@ -173,7 +173,16 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
+        """Raises ValueError naming the first key whose value has the wrong type (a number that is a
+        string, a record that is not an object, finished that is not true or false): every reader
+        downstream sees numbers where numbers go."""
+        if not isinstance(data, dict):
+            raise ValueError(f"it holds {_json_type(data)}, not a JSON object")  # noqa: TRY004 - read_summary_checked catches ValueError
         known = {f.name for f in fields(cls) if f.name != "extra"}
+        for key, value in data.items():
+            problem = _summary_type_problem(key, value)
+            if problem is not None:
+                raise ValueError(f"'{key}' {problem}")
         return cls(**{k: v for k, v in data.items() if k in known},
                    extra={k: v for k, v in data.items() if k not in known})
 
@@ -194,11 +203,88 @@ class Summary:
 
 def read_summary(run_dir: Path) -> Summary | None:
     """RUN/summary.json, or None while the run has none (it has not finished) or it cannot be read."""
+    return read_summary_checked(run_dir)[0]
+
+
+def read_summary_checked(run_dir: Path) -> tuple[Summary | None, str | None]:
+    """(summary, None) for a readable RUN/summary.json, (None, None) while there is none (the run has
+    not finished), (None, why) for one that cannot be read: not JSON, not an object, a value of the
+    wrong type (Summary.from_dict)."""
+    path = run_dir / SUMMARY_FILE
+    if not path.exists():
+        return None, None
     try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return Summary.from_dict(data) if isinstance(data, dict) else None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg}, line {exc.lineno})"
+    try:
+        return Summary.from_dict(data), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+_SUMMARY_TYPES: dict[str, str] = {
+    **dict.fromkeys(("task", "optimizer", "init", "model", "anneal_fun", "device", "precision", "checkpoint",
+                     "against"), "text"),
+    **dict.fromkeys(("seed", "steps", "world_size", "global_batch_size"), "whole"),
+    **dict.fromkeys(("anneal_k", "anneal_t0", "pretrain_cof", "recall_floor", "lr", "final_distance",
+                     "train_seconds", "samples_per_s"), "number"),
+    **dict.fromkeys(("finished", "record"), "bool"),
+    **dict.fromkeys(("best", "final", "probe"), "record"),
+    "versions": "versions",
+    "final_distance_by_rank": "numbers",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        shown = value if len(value) <= 20 else value[:17] + "..."
+        return f"the text {shown!r}"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _summary_type_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be summary.json's ``key``, or None (null is every key's "not known")."""
+    kind = _SUMMARY_TYPES.get(key)
+    if kind is None or value is None:
+        return None  # a newer version's key: kept as read
+    if kind == "text" and not isinstance(value, str):
+        return f"is {_json_type(value)}, not text"
+    if kind == "whole" and not (isinstance(value, int) and not isinstance(value, bool)):
+        return f"is {_json_type(value)}, not a whole number"
+    if kind == "number" and not _is_number(value):
+        return f"is {_json_type(value)}, not a number"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"is {_json_type(value)}, not true or false"
+    if kind == "numbers" and not (isinstance(value, list) and all(_is_number(v) for v in value)):
+        return f"is {_json_type(value)}, not a list of numbers"
+    if kind == "versions":
+        if not isinstance(value, dict):
+            return f"is {_json_type(value)}, not an object"
+        bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
+        return None if bad is None else f"has '{bad}' {_json_type(value[bad])}, not text"
+    if kind == "record":
+        if not isinstance(value, dict):
+            return f"is {_json_type(value)}, not an object"
+        problem = record_problem(value, need=())
+        return None if problem is None else f"has {problem}"
+    return None
 
 
 def write_summary(run_dir: Path, summary: Summary) -> None:
@@ -220,6 +306,63 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 break  # a line cut by a kill: everything after it is not trustworthy
     return records
+
+
+def read_metrics_checked(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """metrics.jsonl for a reader that must be able to trust every record (the reports): the records
+    whose fields have the right types (record_problem), and one line per problem, each naming the line.
+    A line that is not JSON ends the reading, as in read_metrics: the last line cut short by a kill
+    (a crashed run) is read up to; one further up is named with the lines left after it."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return [], []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        return [], [f"not UTF-8 text (byte {exc.start}): nothing read"]
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for i, (n, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            after = len(numbered) - i - 1
+            if after == 0:
+                problems.append(f"line {n} is cut short (the run stopped while writing it?): read up to line {n - 1}")
+            else:
+                problems.append(f"line {n} is not valid JSON ({exc.msg}): read up to line {n - 1}, "
+                                f"the {after} line{'s' if after > 1 else ''} after it left out")
+            break
+        problem = record_problem(record)
+        if problem is None:
+            records.append(record)
+        else:
+            problems.append(f"line {n}: {problem}: record skipped")
+    return records, problems
+
+
+def record_problem(record: Any, need: tuple[str, ...] = ("step", "split")) -> str | None:
+    """Why a metrics record (or summary.json's best/final/probe) cannot be read, or None: ``step`` a
+    whole number, ``split`` text, every other value a number, null or a list of numbers (per layer)."""
+    if not isinstance(record, dict):
+        return f"it holds {_json_type(record)}, not a JSON object"
+    for key in need:
+        if key not in record:
+            return f"no '{key}'"
+    for key, value in record.items():
+        if key == "step":
+            if not (isinstance(value, int) and not isinstance(value, bool)):
+                return f"'step' is {_json_type(value)}, not a whole number"
+        elif key == "split":
+            if not isinstance(value, str):
+                return f"'split' is {_json_type(value)}, not text"
+        elif isinstance(value, list):
+            if not all(v is None or _is_number(v) for v in value):
+                return f"'{key}' is a list with something other than numbers in it"
+        elif value is not None and not _is_number(value):
+            return f"'{key}' is {_json_type(value)}, not a number"
+    return None
 
 
 def write_metrics(run_dir: Path, records: list[dict[str, Any]]) -> None:

@@ -217,6 +217,9 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
 
     record = run.eval_at(at)
     if not run.finished:
+        if run.summary_problem is not None:
+            flag(f"summary.json cannot be read ({run.summary_problem}): left out")
+            return
         steps = (run.summary.steps if run.summary else None) or max((r["step"] for r in run.records), default=0)
         flag(f"did not finish (stopped at step {steps}): left out")
         return

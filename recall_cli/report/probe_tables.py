@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,16 +105,28 @@ def probe_table(rows: list[dict[str, Any]]):
                     _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio"))] for r in rows])
 
 
-def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict[str, Any]]:
-    """Per setting: each finished run's (final eval x, final probe y) and the medians."""
+def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str],
+                    warn: Callable[[str], None] = lambda message: None) -> list[dict[str, Any]]:
+    """Per setting: each finished run's (final eval x, final probe y) and the medians. A run whose x or
+    y is NaN or inf is named in ``warn`` (load_runs has named a summary.json that cannot be read: the
+    run reads as unfinished); unfinished runs and runs without y (probes off) are left out quietly."""
     check_metrics(runs, x, y)
     keys = [resolve_key(k) for k in by] if by else differing_keys(runs)
     settings: dict[str, dict[str, Any]] = {}
+    not_finite = 0
     for run in runs:
         if not run.finished:
             continue
         record = run.eval_at("final")
-        if not record or not _finite(record.get(x)) or not _finite(record.get(y)):
+        if not record:
+            continue
+        bad = [f"{m} is {record[m]}" for m in dict.fromkeys((x, y))
+               if m in record and record[m] is not None and not _finite(record[m])]
+        if bad:
+            warn(f"{run.path}: left out: {' and '.join(bad)} at its final step {record.get('step')}")
+            not_finite += 1
+            continue
+        if not _finite(record.get(x)) or not _finite(record.get(y)):
             continue
         chosen = {k: run.settings.get(k) for k in keys}
         # One entry per (task, setting): scores of different tasks are not on one scale (MCC vs accuracy),
@@ -122,6 +135,10 @@ def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str]) -> list[dict
                                     {"label": group_label(chosen) if chosen else "all runs", "task": run.task,
                                      "settings": chosen, "points": []})
         entry["points"].append({"run": str(run.path), x: record[x], y: record[y]})
+    if not settings and not_finite:
+        raise ReportError(f"no finished run has a finite {x} (eval) and {y} (probe) at its final step: "
+                          f"{not_finite} {'were' if not_finite > 1 else 'was'} left out for NaN or inf (the warnings "
+                          "above name them)")
     if not settings:
         raise ReportError(f"no finished run records both {x} (eval) and {y} (probe) at its final step: "
                           "were the runs trained with probes on (probe.enabled, probe.probes)?")

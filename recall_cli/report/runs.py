@@ -21,7 +21,7 @@ import yaml
 from ..errors import ReportError  # noqa: F401 - raised here, importable from here
 from ..names import SHORT_KEYS, is_vanilla
 from ..records import RECORD_PATH_KEYS
-from ..rundir import CONFIG_FILE, Summary, is_run_dir, read_metrics, read_summary
+from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
 
 # Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
@@ -41,7 +41,8 @@ class Run:
     name: str  # path relative to the folder searched
     settings: dict[str, Any]  # the recipe as dotted keys; RecAdam-only keys None for adamw
     summary: Summary | None  # None: the run has not finished (or its summary.json cannot be read)
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]]  # metrics.jsonl's records whose fields have the right types
+    summary_problem: str | None = None  # why summary.json cannot be read (None: it can, or there is none)
 
     @property
     def task(self) -> str:
@@ -88,7 +89,10 @@ class Run:
         return {**extra, **record}
 
 
-def read_run(path: Path, name: str) -> Run:
+def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message: None) -> Run:
+    """One run directory read back. config.yaml must be readable (ValueError, OSError, YAMLError
+    otherwise); a summary.json or metrics.jsonl records that cannot be read are named in ``warn``:
+    the run then reads as unfinished, the records are skipped, a line cut short ends the reading."""
     from ..recipe import flatten
 
     config = yaml.safe_load((path / CONFIG_FILE).read_text(encoding="utf-8"))
@@ -100,27 +104,52 @@ def read_run(path: Path, name: str) -> Run:
     else:
         # Runs made before the floor existed ran without one: they group with recall_floor=0 runs.
         settings.setdefault("optimizer.recall_floor", 0.0)
-    return Run(path, name, settings, read_summary(path), read_metrics(path))
+    summary, problem = read_summary_checked(path)
+    if problem is not None:
+        warn(f"{path / SUMMARY_FILE} cannot be read: {problem}: the run is read as unfinished")
+    records, problems = read_metrics_checked(path)
+    # The line a reading stopped at (a crash cut it short) comes last: always shown, after a few skipped records.
+    stop = problems[-1:] if problems and "read up to" in problems[-1] else []
+    skipped = problems[:len(problems) - len(stop)]
+    for line in skipped[:MAX_WARNINGS]:
+        warn(f"{path / METRICS_FILE}: {line}")
+    if len(skipped) > MAX_WARNINGS:
+        more = len(skipped) - MAX_WARNINGS
+        warn(f"{path / METRICS_FILE}: {more} more record{'s' if more > 1 else ''} skipped")
+    for line in stop:
+        warn(f"{path / METRICS_FILE}: {line}")
+    if summary is None and not records and (problem or problems):
+        raise ValueError(f"nothing in it can be read: no readable {SUMMARY_FILE}, no readable record in {METRICS_FILE}")
+    return Run(path, name, settings, summary, records, problem)
+
+
+MAX_WARNINGS = 3  # per metrics.jsonl: then a count
 
 
 def load_runs(root: Path | Sequence[Path], warn: Callable[[str], None] = lambda message: None) -> list[Run]:
     """Every run directory at or under ``root`` (or under each of several roots, read as one set); other
     folders are named in a warning and skipped."""
-    if not isinstance(root, (str, Path)):
-        roots = list(dict.fromkeys(Path(r) for r in root))
-        runs = [run for r in roots for run in _runs_under(r, warn)]
-        if not runs:
-            raise ReportError(f"no recall run directories under {', '.join(map(str, roots))} (a run directory holds "
-                              "config.yaml and metrics.jsonl, as recall finetune writes them)")
-        return list({run.path.resolve(): run for run in runs}.values())  # a run under two roots counts once
-    runs = _runs_under(Path(root), warn)
+    roots = [Path(root)] if isinstance(root, (str, Path)) else list(dict.fromkeys(Path(r) for r in root))
+    runs: list[Run] = []
+    found = 0
+    for r in roots:
+        read, seen = _runs_under(r, warn)
+        runs += read
+        found += seen
+    where = ", ".join(map(str, roots))
+    if found and not runs:
+        raise ReportError(f"none of the {found} run directories under {where} can be read (the warnings above say why)"
+                          if found > 1 else f"the one run directory under {where} cannot be read (the warning above says why)")
     if not runs:
-        raise ReportError(f"no recall run directories under {root} (a run directory holds config.yaml and "
+        raise ReportError(f"no recall run directories under {where} (a run directory holds config.yaml and "
                           "metrics.jsonl, as recall finetune writes them)")
-    return runs
+    if len(roots) == 1:
+        return runs
+    return list({run.path.resolve(): run for run in runs}.values())  # a run under two roots counts once
 
 
-def _runs_under(root: Path, warn: Callable[[str], None]) -> list[Run]:
+def _runs_under(root: Path, warn: Callable[[str], None]) -> tuple[list[Run], int]:
+    """The runs read under ``root``, and how many run directories were found there (read or not)."""
     if not root.is_dir():
         raise ReportError(f"{root} is not a folder: give a run directory or a folder of run directories")
     found: list[Path] = []
@@ -147,10 +176,10 @@ def _runs_under(root: Path, warn: Callable[[str], None]) -> list[Run]:
     for path in found:
         name = path.name if path == root else str(path.relative_to(root))
         try:
-            runs.append(read_run(path, name))
+            runs.append(read_run(path, name, warn))
         except (OSError, ValueError, yaml.YAMLError) as exc:
             warn(f"{path}: cannot read the run ({exc}): skipped")
-    return runs
+    return runs, len(found)
 
 
 def resolve_key(key: str) -> str:
