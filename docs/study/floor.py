@@ -90,6 +90,7 @@ def report() -> None:
         shown = ["recall", "compare", "(vanilla, recadam_pi and wise of docs/study/runs/main)", "docs/study/runs/floor", *command[-7:]]
         (tables / f"floor_{metric}.md").write_text(f"<!-- {' '.join(shown)} -->\n{text}")
         print(f"wrote {tables}/floor_{metric}.md")
+    overview(both, tables)
     pilot = ["recall", "compare", *references(("1",)), str(DOCS / "runs" / "floor_pilot"), str(DOCS / "runs" / "floor"),
              "--where", "task.name=sst2", "--where", "train.seed=1", "--metric", "main", "--stats", "median", "--format", "json"]
     kept = [*pilot[:-8], "--where", "task.name=sst2", "--where", "train.seed=1", "--metric", "sts_retained", "--stats", "median", "--format", "json"]
@@ -97,7 +98,7 @@ def report() -> None:
     for r in json.loads(recall(kept)):
         rows[r["group"]].append(r["median"])
     lines = ["| SST-2, seed 1 | dev accuracy ×100 | STS kept, % |", "|---|---:|---:|"]
-    lines += [f"| {group} | {100 * a:.1f} | {100 * b:.1f} |" for group, (a, b) in rows.items()]
+    lines += [f"| {name(group)} | {100 * a:.1f} | {100 * b:.1f} |" for group, (a, b) in rows.items()]
     (tables / "floor_pilot.md").write_text("<!-- python docs/study/floor.py report: recall compare on seed 1 of SST-2 -->\n"
                                           + "\n".join(lines) + "\n")
     print(f"wrote {tables}/floor_pilot.md")
@@ -112,9 +113,9 @@ def report() -> None:
                 "--out", "docs/figures/study_floor_tradeoff_s23.png"]
     medians = {c["task"]: {s["name"]: s for s in c["candidates"]} for c in json.loads(recall(held_out))}
     lines = [f"| task | chosen on seed 1 (within {WITHIN} point of the best) | seed 1: score / kept | "
-             "seeds 2-3 median: score / kept | the same seeds: vanilla | RecAdam (floor 0) | WiSE-FT α=0.75 |",
+             "seeds 2–3 median: score / kept | the same seeds: vanilla | RecAdam as published | WiSE-FT α 0.75 |",
              "|---|---|---|---|---|---|---|"]
-    for choice in chosen:
+    for choice in sorted(chosen, key=lambda c: ORDER.index(c["task"])):
         task = choice["task"]
         on = medians.get(task, {})
 
@@ -122,7 +123,7 @@ def report() -> None:
             s = on.get(name)
             return "–" if s is None else f"{100 * s['main']:.1f} / {100 * s['sts_retained']:.1f} % (n={s['n']})"
 
-        lines.append(f"| {task} | {choice['name']} | {100 * choice['main']:.1f} / {100 * choice['sts_retained']:.1f} % | "
+        lines.append(f"| {TITLES[task]} | {choice['name']} | {100 * choice['main']:.1f} / {100 * choice['sts_retained']:.1f} % | "
                      f"{pair(choice['name'])} | {pair('vanilla fine-tuning')} | {pair('RecAdam')} | {pair('WiSE-FT α=0.75')} |")
     (tables / "floor_selection.md").write_text(
         f"<!-- python docs/study/floor.py report: {' '.join(choose[:2])} (seed-1 runs) --within {WITHIN}; "
@@ -130,6 +131,48 @@ def report() -> None:
     print(f"wrote {tables}/floor_selection.md")
     recall(["recall", "tradeoff", *both, "--within", WITHIN, "--out", "docs/figures/study_floor_tradeoff.png"])
     print("figure: docs/figures/study_floor_tradeoff.png")
+
+
+ORDER = ("cola", "sst2", "mrpc")  # the study's column order
+TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC"}
+SHOWN = ("vanilla fine-tuning", "RecAdam, floor=0", "RecAdam, floor=0.005", "RecAdam, floor=0.01", "RecAdam, floor=0.02",
+         "vanilla fine-tuning, merge=linear, with=pretrained, weights=0.5,0.5",
+         "vanilla fine-tuning, merge=linear, with=pretrained, weights=0.25,0.75")
+
+
+def name(group: str) -> str:
+    """compare's grouping label in words: 'RecAdam floor 0.01', 'WiSE-FT α 0.75' (the fine-tuned run's weight)."""
+    if group == "RecAdam, floor=0":
+        return "RecAdam as published (floor 0)"
+    if group.startswith("RecAdam, floor="):
+        return "RecAdam floor " + group.removeprefix("RecAdam, floor=")
+    if "merge=linear, with=pretrained, weights=" in group:
+        return "WiSE-FT α " + group.rsplit(",", 1)[1]
+    return group
+
+
+def overview(folders: list[str], tables: Path) -> None:
+    """One row per setting: median task score / median STS kept (range over seeds, n) per task."""
+    def medians(metric: str) -> dict[tuple[str, str], dict]:
+        text = recall(["recall", "compare", *folders, "--metric", metric, "--stats", "median,min,max", "--format", "json"])
+        return {(r["group"], r["task"]): r for r in json.loads(text)}
+
+    score, kept = medians("main"), medians("sts_retained")
+    lines = ["| setting | CoLA: MCC / kept | SST-2: accuracy / kept | MRPC: accuracy / kept |", "|---|---|---|---|"]
+    for group in SHOWN:
+        cells = []
+        for task in ORDER:
+            a, b = score.get((group, task)), kept.get((group, task))
+            if a is None or b is None:
+                cells.append("–")
+                continue
+            cells.append(f"{100 * a['median']:.1f} / {100 * b['median']:.1f} % (n={a['n']}; "
+                         f"{100 * a['min']:.1f}–{100 * a['max']:.1f} / {100 * b['min']:.1f}–{100 * b['max']:.1f})")
+        lines.append(f"| {name(group)} | " + " | ".join(cells) + " |")
+    (tables / "floor_overview.md").write_text(
+        "<!-- python docs/study/floor.py report: recall compare --metric main and --metric sts_retained, medians "
+        "(min–max) over seeds -->\n" + "\n".join(lines) + "\n")
+    print(f"wrote {tables}/floor_overview.md")
 
 
 def main() -> int:
