@@ -18,7 +18,7 @@ from recall_cli.checkpoint import read_metrics
 from recall_cli.cli import app
 from recall_cli.probes import (Prober, debiased_cka, drift, linear_cka, load_inputs, load_mlm_head, mean_pool,
                                unbiased_hsic)
-from recall_cli.probes.sets import DEFAULT_PAIRS, load_pairs
+from recall_cli.probes.sets import load_pairs
 from recall_cli.testing import tiny_bert_dir
 
 from conftest import minilm_path, tiny_recipe, write_recipe
