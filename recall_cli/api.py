@@ -137,10 +137,8 @@ def probe(
     ``sts_retained``, ``mlm_loss``, ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran),
     ``probe_seconds`` and ``notes``. Runs on the model's device; leaves its mode (train/eval) as it was.
     """
-    from .model import load_encoder
-    from .preflight import position_limit
-    from .probes.runner import Prober, check_size, load_inputs, load_mlm_head
-    from .probes.sets import ProbeError
+    from .probes.runner import check_size, load_inputs
+    from .probes.targets import reference_prober
 
     check_size("max_length", max_length, 8)
     check_size("batch_size", batch_size, 1)
@@ -148,14 +146,9 @@ def probe(
     inputs = load_inputs(probes, str(texts) if texts else None, str(pairs) if pairs else None, num_texts, num_pairs)
     reference = str(against)
     device = next(model.parameters()).device
-    ref_model = load_encoder(reference, trust_remote_code).to(device)
-    limit = position_limit(ref_model.config)
-    if limit is not None and max_length > limit:
-        raise ProbeError(f"max_length {max_length} is more than the {limit} positions of θ* {reference}: "
-                         f"use max_length={limit} or less")
-    head, note = load_mlm_head(reference, trust_remote_code) if "mlm" in probes else (None, None)
-    prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
-                    mlm_head=head, mlm_note=note)
+    prober, ref_model = reference_prober(reference, probes, inputs, tokenizer, device, max_length=max_length,
+                                         batch_size=batch_size, option="max_length=",
+                                         trust_remote_code=trust_remote_code)
     del ref_model
     record = prober.measure(model)
     return {"target": name, "theta": None, "reference": reference, "texts": prober.n_texts, "pairs": prober.n_pairs,

@@ -91,11 +91,13 @@ def report() -> None:
         (tables / f"floor_{metric}.md").write_text(f"<!-- {' '.join(shown)} -->\n{text}")
         print(f"wrote {tables}/floor_{metric}.md")
     overview(both, tables)
-    pilot = ["recall", "compare", *references(("1",)), str(DOCS / "runs" / "floor_pilot"), str(DOCS / "runs" / "floor"),
-             "--where", "task.name=sst2", "--where", "train.seed=1", "--metric", "main", "--stats", "median", "--format", "json"]
-    kept = [*pilot[:-8], "--where", "task.name=sst2", "--where", "train.seed=1", "--metric", "sts_retained", "--stats", "median", "--format", "json"]
-    rows = {r["group"]: [r["median"]] for r in json.loads(recall(pilot))}
-    for r in json.loads(recall(kept)):
+    def pilot(metric: str) -> list[dict]:
+        return json.loads(recall(["recall", "compare", *references(("1",)), str(DOCS / "runs" / "floor_pilot"),
+                                  str(DOCS / "runs" / "floor"), "--where", "task.name=sst2", "--where", "train.seed=1",
+                                  "--metric", metric, "--stats", "median", "--format", "json"]))
+
+    rows = {r["group"]: [r["median"]] for r in pilot("main")}
+    for r in pilot("sts_retained"):
         rows[r["group"]].append(r["median"])
     lines = ["| SST-2, seed 1 | dev accuracy ×100 | STS kept, % |", "|---|---:|---:|"]
     lines += [f"| {name(group)} | {100 * a:.1f} | {100 * b:.1f} |" for group, (a, b) in rows.items()]

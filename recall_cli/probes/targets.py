@@ -57,15 +57,8 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
     for reference in dict.fromkeys(t.reference for t in resolved):
-        tokenizer = load_tokenizer(reference)
-        ref_model = load_encoder(reference).to(dev)
-        limit = position_limit(ref_model.config)
-        if limit is not None and max_length > limit:
-            raise ProbeError(f"--max-length {max_length} is more than the {limit} positions of θ* {reference}: "
-                             f"use --max-length {limit} or less")
-        head, note = load_mlm_head(reference) if "mlm" in probes else (None, None)
-        prober = Prober(probes, inputs, tokenizer, ref_model, dev, max_length=max_length, batch_size=batch_size,
-                        mlm_head=head, mlm_note=note)
+        prober, ref_model = reference_prober(reference, probes, inputs, load_tokenizer(reference), dev,
+                                             max_length=max_length, batch_size=batch_size)
         for target in (t for t in resolved if t.reference == reference):
             theta = ref_model if target.theta == reference else load_encoder(target.theta).to(dev)
             _check_same_shapes(theta, ref_model, target)
@@ -78,6 +71,25 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return [results[t.name] for t in resolved]
+
+
+def reference_prober(reference: str, probes: list[str], inputs, tokenizer, device: torch.device, *, max_length: int,
+                     batch_size: int, option: str = "--max-length ", trust_remote_code: bool = False):
+    """(the Prober holding θ*'s side, θ*'s encoder) for ``reference``: shared by `recall probe` and
+    the library's probe(). ``option`` is how the length setting is named in the error ("--max-length "
+    on the command line, "max_length=" from Python)."""
+    from ..model import load_encoder
+
+    ref_model = load_encoder(reference, trust_remote_code).to(device)
+    limit = position_limit(ref_model.config)
+    if limit is not None and max_length > limit:
+        shown = option.rstrip("= ")
+        raise ProbeError(f"{shown} {max_length} is more than the {limit} positions of θ* {reference}: "
+                         f"use {option}{limit} or less")
+    head, note = load_mlm_head(reference, trust_remote_code) if "mlm" in probes else (None, None)
+    prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
+                    mlm_head=head, mlm_note=note)
+    return prober, ref_model
 
 
 def _check_same_shapes(theta: torch.nn.Module, reference: torch.nn.Module, target: Target) -> None:
