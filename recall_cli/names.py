@@ -131,6 +131,27 @@ PROBE_NAMES = tuple(PROBES)
 PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 
 
+# ---- experiment trackers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """An experiment tracker that train.report_to names (the Hugging Face Trainer's names)."""
+
+    name: str
+    module: str  # what must import for it to work
+    extra: str  # pip install 'recall-cli[<extra>]'
+
+
+TRACKERS: dict[str, Tracker] = {
+    t.name: t
+    for t in (
+        Tracker("tensorboard", "tensorboard", "tensorboard"),
+        Tracker("wandb", "wandb", "wandb"),
+        Tracker("mlflow", "mlflow", "mlflow"),
+    )
+}
+
 # ---- short names of recipe keys ------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from .errors import RecipeError  # noqa: F401 - raised here, importable from here
-from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES
+from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 
 
@@ -48,6 +48,9 @@ class TaskConfig:
     label_names: list[str] | None = None
     max_train_examples: int | None = None  # first N training rows (smoke tests, quick starts)
     max_eval_examples: int | None = None
+    # Length buckets: each batch is padded up to a multiple of this (capped at max_seq_length), so a
+    # compiled step sees a handful of shapes; null pads each batch to its longest row (dynamic padding).
+    pad_to_multiple_of: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # The step under torch.compile: auto compiles where it is measured faster (README "Speed"), off
+    # never, on always (exit 2 with the reason when it cannot).
+    compile: Literal["auto", "off", "on"] = "auto"
+    # Experiment trackers that get every metrics.jsonl record (names.TRACKERS; the Trainer's names).
+    report_to: list[str] = field(default_factory=list)
     seed: int = 42
     log_every: int = 10
     eval_every: int = 0  # 0: evaluate at the end only
@@ -305,10 +313,14 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
     if value is None:
         return None, "must be set (null is not allowed here)"
     if origin is Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(args):
+            return ("on" if value else "off"), None  # YAML 1.1 reads a bare on/off as true/false
         if value in args:
             return value, None
         return None, f"expected one of {', '.join(map(str, args))}, got {value!r}"
     if origin is list:
+        if isinstance(value, str) and args[0] is str:
+            value = [] if value == "none" else [value]  # report_to: tensorboard, as the Trainer accepts
         if not isinstance(value, list):
             return None, f"expected a list, got {value!r}"
         items = []
@@ -416,6 +428,12 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     for key in ("warmup_steps", "log_every", "eval_every", "save_every", "keep_last"):
         need(getattr(tr, key) >= 0, f"train.{key}: must be >= 0, got {getattr(tr, key)}")
     need(tr.log_every >= 1, f"train.log_every: must be >= 1, got {tr.log_every}")
+    need(t.pad_to_multiple_of is None or 1 <= t.pad_to_multiple_of <= t.max_seq_length,
+         f"task.pad_to_multiple_of: must be in [1, max_seq_length = {t.max_seq_length}] or null (dynamic padding), "
+         f"got {t.pad_to_multiple_of}")
+    unknown = [name for name in tr.report_to if name not in TRACKERS]
+    need(not unknown, f"train.report_to: unknown tracker {', '.join(map(repr, unknown))} "
+         f"(choose from {', '.join(TRACKERS)}, or none)")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
     problems += _check_probe(recipe.probe, check_files)
     return problems
