@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import __version__, card, checkpoint, data, rundir
+from . import __version__, card, checkpoint, data, rundir, trackers
 from .distributed import Distributed, SigtermFlag, shard
 from .errors import Preempted, TrainingDiverged
 from .evaluate import score
@@ -118,6 +118,9 @@ class _Loop:
     def __init__(self, t: Training, reporter: Reporter, new_dir: rundir.NewRunDir):
         self.t, self.reporter, self.new_dir = t, reporter, new_dir
         self.writer = rundir.MetricsWriter(t.run_dir, enabled=t.ctx.is_main)
+        # Rank 0 alone reports to trackers, as it alone writes metrics.jsonl.
+        self.trackers = (trackers.open_run(t.recipe, t.run_dir, resumed=t.resumed, start_step=t.state.step)
+                         if t.ctx.is_main else trackers.Trackers())
         self.replicas_differ = False
         # The latest eval and probe records, for the checkpoints' model cards (a resumed run's from
         # metrics.jsonl, already cut back to the resumed step).
@@ -182,7 +185,7 @@ class _Loop:
         floored = t.recipe.optimizer.recall_floor > 0
         record = train_record(step, epoch, lr, t.optimizer.current_lambda, distance, t.state.window,
                               t.scaler.is_enabled(), t.optimizer.current_penalty_weight if floored else None)
-        self.writer.write(record)
+        self.write(record)
         self.reporter.train(record)
         t.state.window.update(empty_window())
 
@@ -192,7 +195,7 @@ class _Loop:
         metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
                         autocast_for(t.precision, t.device), t.ctx)
         record = {"step": step, "split": "eval", **metrics}
-        self.writer.write(record)
+        self.write(record)
         self.reporter.eval(record)
         self.last_eval = record
         main = metrics["main"]
@@ -203,9 +206,14 @@ class _Loop:
 
     def probe(self, step: int) -> None:
         record = record_at(self.t.prober, self.t.model, step)
-        self.writer.write(record)
+        self.write(record)
         self.last_probe = record
         self.reporter.eval({k: v for k, v in record.items() if not isinstance(v, list)})
+
+    def write(self, record: dict[str, Any]) -> None:
+        """One record to metrics.jsonl and to the trackers train.report_to names."""
+        self.writer.write(record)
+        self.trackers.log(record)
 
     def card(self, name: str, step: int) -> str:
         """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
@@ -231,8 +239,11 @@ def run(t: Training, reporter: Reporter, new_dir: rundir.NewRunDir) -> dict[str,
     loop = _Loop(t, reporter, new_dir)
     try:
         loop.run()
-    finally:
+    except BaseException:
         loop.writer.close()
+        loop.trackers.close()
+        raise
+    loop.writer.close()
 
     final_distance = distance_to_anchor(*zip(*t.pairs)) if t.pairs else 0.0
     distances = t.ctx.all_gather_object(final_distance)
@@ -240,6 +251,10 @@ def run(t: Training, reporter: Reporter, new_dir: rundir.NewRunDir) -> dict[str,
         return {"steps": t.state.step, "final_distance": final_distance, "rank": t.ctx.rank}
     summary = build_summary(t, final_distance, distances)
     rundir.write_summary(t.run_dir, summary)
+    try:
+        loop.trackers.finish(summary.to_dict(), t.run_dir)
+    finally:
+        loop.trackers.close()
     reporter.finish(summary.to_dict())
     return summary.to_dict()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, data, preflight, rundir
+from . import checkpoint, data, preflight, rundir, trackers
 from .distributed import Distributed
 from .names import OPTIMIZERS
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
@@ -148,6 +148,7 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
     seed_everything(tc.seed)
 
+    trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
     recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
