@@ -23,6 +23,7 @@ from . import __version__, card, checkpoint, data, rundir, trackers
 from .distributed import Distributed, SigtermFlag, shard
 from .errors import Preempted, TrainingDiverged
 from .evaluate import score
+from .names import OPTIMIZERS
 from .optim import distance_to_anchor
 from .probes.runner import record_at
 from .progress import Reporter, add_to_window, empty_window, train_record
@@ -265,9 +266,10 @@ def start_info(t: Training) -> dict[str, Any]:
     tc = t.recipe.train
     shown = t.precision if t.precision_reason == "set in the recipe" else f"{t.precision} ({t.precision_reason})"
     floor = t.recipe.optimizer.recall_floor  # the schedule's other half: the penalty never fades below it
+    anchored = OPTIMIZERS[t.recipe.optimizer.name].anchored  # adamw has no schedule to show
     info = {"device": str(t.device), "precision": shown, "train_examples": len(t.task.train),
-            "anneal_t0": t.recipe.anneal_t0_steps(t.total_steps), **({"recall_floor": floor} if floor > 0 else {}),
-            "run_dir": str(t.run_dir)}
+            **({"anneal_t0": t.recipe.anneal_t0_steps(t.total_steps)} if anchored else {}),
+            **({"recall_floor": floor} if floor > 0 else {}), "run_dir": str(t.run_dir)}
     if t.ctx.enabled:
         info.update(processes=t.ctx.world_size, global_batch=tc.batch_size * t.ctx.world_size * tc.grad_accum)
     return info
