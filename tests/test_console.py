@@ -1,5 +1,6 @@
 """The live progress line keeps step, elapsed/remaining, loss, λ and distance readable at 100 columns;
-the other fields of each train record go into a log line above it."""
+every record goes into a log line above it, in the plain log's format, wrapped between fields; tables
+print whole on a terminal of any width and as pipe tables elsewhere."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
-from recall_cli.console import RichReporter
+from recall_cli.console import PlainReporter, RichReporter, fit_fields, format_record, print_table
 
 RECORD = {"step": 40, "split": "train", "epoch": 0.019, "loss": 0.6789, "lr": 4.025e-05, "lambda": 0.982,
           "distance": 0.5781, "grad_norm": 0.5585, "samples_per_s": 55.25}
@@ -33,8 +34,9 @@ def test_progress_line_fields_readable(width):
     for field in ("finetune", " 40/200 ", "0:00:00 <", "loss=0.6789", "λ=0.982", "dist=0.5781"):
         assert field in line, (field, line)
     assert "…" not in line
-    # Everything else is in the log line printed above the bar.
-    log = next(text for text in log_lines if text.startswith("step=40 split=train"))
+    # Everything else is in the log line printed above the bar (wrapped between fields).
+    start = next(i for i, text in enumerate(log_lines) if text.startswith("step=40 split=train"))
+    log = " ".join([log_lines[start], *(t.strip() for t in log_lines[start + 1:] if t.startswith("    "))])
     for field in ("lr=4.025e-05", "grad_norm=0.5585", "samples_per_s=55.25", "epoch=0.019"):
         assert field in log
 
@@ -54,5 +56,115 @@ def test_rich_output_of_a_real_run(tiny_model_dir, tmp_path):
     assert "recall: starting — device=cpu, precision=fp32" in out
     for step in (2, 4):
         assert f"step={step} split=train epoch=" in out and "grad_norm=" in out and "samples_per_s=" in out
-    assert "eval step 4: accuracy=" in out
+    # Evals and probes print in the train records' format (not "eval step 4: ..."), as the plain lines do.
+    assert "step=4 split=eval accuracy=" in out and "eval step" not in out
     assert "done: 4 steps in" in out
+
+
+# A train record as the issue saw it wrapped mid-number ("distance=0" / ".23") at 80 and 120 columns.
+LONG = {"step": 10, "split": "train", "epoch": 0.0048, "loss": 0.6916, "lr": 3.5e-05, "lambda": 0.8022,
+        "penalty_weight": 0.1978, "distance": 0.23, "grad_norm": 0.5475, "samples_per_s": 8.072}
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_records_above_the_bar_wrap_between_fields(width):
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    reporter = RichReporter(console)
+    reporter.progress.auto_refresh = False
+    reporter.start(30, 0, {"device": "cpu"})
+    reporter.train(LONG)
+    reporter.eval({"step": 10, "split": "eval", "accuracy": 0.5, "main": 0.5})
+    reporter.eval({"step": 10, "split": "probe", "cka": 0.9996, "cka_debiased": 0.9994, "drift": 0.002648,
+                   "sts": 0.8439, "sts_ref": 0.8435, "sts_retained": 1.0, "probe_seconds": 11.44})
+    reporter.close()
+    text = console.export_text()
+    assert "distance=0.23" in text
+    lines = [line for line in text.splitlines()
+             if line.strip() and "finetune" not in line and not line.startswith("recall:")]
+    assert all(len(line) <= width for line in lines), lines
+    # Put back together, the lines are the plain log's lines, field for field: no number was cut.
+    records, current = [], None
+    for line in lines:
+        if line.startswith("step="):
+            current = [line]
+            records.append(current)
+        else:
+            assert line.startswith("    "), line  # a continuation is indented
+            current.append(line.strip())
+    assert [" ".join(r) for r in records] == [
+        format_record(LONG), "step=10 split=eval accuracy=0.5 main=0.5",
+        "step=10 split=probe cka=0.9996 cka_debiased=0.9994 drift=0.002648 sts=0.8439 sts_ref=0.8435 "
+        "sts_retained=1 probe_seconds=11.44"]
+
+
+def test_fit_fields_never_splits_a_field():
+    fields = format_record(LONG).split(" ")
+    for width in range(10, 140, 7):
+        lines = fit_fields(fields, width)
+        assert [f for line in lines for f in line.split()] == fields
+        assert all(len(line) <= width for line in lines if " " in line.strip())  # a lone field may be longer
+
+
+def test_the_bar_counts_the_last_step_while_it_is_evaluated():
+    """The loop reports step N done (reporter.step) after its evaluation, probe and save: the bar must
+    not sit at N-1/N meanwhile."""
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    reporter = RichReporter(console)
+    reporter.progress.auto_refresh = False
+    reporter.start(30, 0, {"device": "cpu"})
+    reporter.step(29)
+    reporter.train({**LONG, "step": 30})  # the last step's record: its eval comes next
+    screen = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    screen.print(reporter.progress.get_renderable())
+    live = screen.export_text()
+    reporter.close()
+    assert "30/30" in live and "29/30" not in live and "final eval" in live, live
+
+
+def test_plain_and_rich_print_the_same_record_line(capsys):
+    PlainReporter().eval({"step": 30, "split": "eval", "accuracy": 0.495, "main": 0.495})
+    assert capsys.readouterr().out == "step=30 split=eval accuracy=0.495 main=0.495\n"
+
+
+# ---- tables ----------------------------------------------------------------------------------------
+
+
+def _runs_table():
+    from rich.table import Table
+
+    table = Table(title="forgetting: distance ||theta - theta*|| per run")
+    for name in ("run", "setting", "seed", "dist end", "dist min", "at step", "loss end", "dev main"):
+        table.add_column(name, justify="left" if name in ("run", "setting") else "right")
+    table.add_row("quickstart", "RecAdam", "42", "2.089", "0.01507", "10", "0.3467", "[bold]0.8154[/bold]")
+    table.add_row("quickstart_adamw", "vanilla fine-tuning", "42", "2.33", "0.02", "10", "0.31", "0.8245")
+    return table
+
+
+def test_a_table_that_is_not_on_a_terminal_is_a_pipe_table():
+    out = io.StringIO()
+    print_table(_runs_table(), Console(file=out, width=80))  # a pipe or a file: not a terminal
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "forgetting: distance ||theta - theta*|| per run"
+    header = [c.strip() for c in lines[1].strip("|").split("|")]
+    assert header == ["run", "setting", "seed", "dist end", "dist min", "at step", "loss end", "dev main"]
+    assert set(lines[2]) <= set("|-:") and lines[2].endswith("---:|")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[3:]]
+    assert [r[0] for r in rows] == ["quickstart", "quickstart_adamw"]  # full names, every column
+    assert rows[0][-1] == "**0.8154**" and rows[1][-1] == "0.8245"  # bold as markdown's bold
+    assert len({len(line) for line in lines[1:]}) == 1  # padded: it reads as text too
+    assert "┃" not in out.getvalue() and "…" not in out.getvalue()
+
+
+@pytest.mark.parametrize("width", [40, 80, 120])
+def test_a_narrow_terminal_keeps_every_column_and_name(width):
+    out = io.StringIO()
+    print_table(_runs_table(), Console(file=out, width=width, force_terminal=True, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text
+    for header in ("dev", "main", "loss", "seed"):
+        assert header in text, (width, text)
+    assert "0.8154" in text and "0.8245" in text
+    assert "quickstart_adamw" in text and "quickstart " in text, text  # whole names, on one line each
+    if width >= 120:
+        assert "┃" in text  # room enough: the rich table
+    assert all(len(line) <= width for line in text.splitlines() if "┃" in line or "│" in line)
