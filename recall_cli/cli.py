@@ -16,10 +16,21 @@ import typer
 import yaml
 
 from . import __version__
-from .cli_common import EXIT_CODES_HELP, EXIT_USAGE, JsonOpt, check_device, dumps_json, fail, run_guarded
+from .cli_common import (
+    EXIT_CODES_HELP,
+    EXIT_USAGE,
+    JsonOpt,
+    RecallGroup,
+    check_device,
+    dumps_json,
+    fail,
+    run_guarded,
+    use_recall_commands,
+)
 
 app = typer.Typer(
     name="recall",
+    cls=RecallGroup,
     help="Fine-tune pretrained language models with less forgetting (RecAdam, Chen et al. 2020).\n\n" + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
@@ -54,7 +65,7 @@ def finetune(
     recipe: RecipeArg = None,
     overrides: OverridesArg = None,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this output directory from last/.")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing run in output_dir.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing run in output_dir.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, print the resolved recipe and lambda(t) plan, exit.")] = False,
     plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain log lines or a live progress bar (default: rich on a TTY).", show_default=False)] = None,
     nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, help="Start N processes on this machine under torchrun (DDP: nccl on CUDA, gloo on CPU). train.batch_size is per process.", show_default=False)] = None,
@@ -210,7 +221,7 @@ def evaluate(
     record: Annotated[Optional[Path], typer.Option(help="Also write a scored record here (config.yaml, metrics.jsonl, summary.json; no weights): the dev metrics, ||theta - theta*|| and the probes, for compare / tradeoff beside training runs. For merge outputs and WiSE-FT points.", show_default=False)] = None,
     against: Annotated[Optional[str], typer.Option(help="With --record: theta* for the distance and the probes (default: the source run's model.name_or_path).", show_default=False)] = None,
     probe: Annotated[bool, typer.Option("--probe/--no-probe", help="With --record: run the recipe's probes (CKA, drift, STS).")] = True,
-    overwrite: Annotated[bool, typer.Option(help="With --record: replace an existing record.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="With --record: replace an existing record.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a checkpoint on a task's dev split and print its metrics."""
@@ -241,16 +252,17 @@ def evaluate(
         if as_json:
             typer.echo(dumps_json(result))
             return
+        from rich.markup import escape
         from rich.table import Table
 
-        from .console import out_console
+        from .console import print_table
 
-        table = Table(title=f"{result['task']} — {result['checkpoint']}")
+        table = Table(title=f"{result['task']} — {escape(str(result['checkpoint']))}")
         table.add_column("metric")
         table.add_column("value", justify="right")
         for name, value in result["metrics"].items():
             table.add_row(name, f"{value:.4f}")
-        out_console.print(table)
+        print_table(table)
 
     def written() -> float | None:
         summary = record / "summary.json" if record is not None else None
@@ -279,6 +291,7 @@ register_probe(app)
 from .cli_merge import register as register_merge  # noqa: E402 - recall merge
 
 register_merge(app)
+use_recall_commands(app)  # every command's --help in one style (cli_common.RecallCommand)
 
 
 if __name__ == "__main__":  # pragma: no cover

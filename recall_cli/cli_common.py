@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from .errors import (  # noqa: F401 - the exit codes, re-exported for the command modules
     EXIT_CODES_HELP,
@@ -31,6 +33,94 @@ from .errors import (  # noqa: F401 - the exit codes, re-exported for the comman
     Terminated,
     exit_code_of,
 )
+
+# ---- --help ---------------------------------------------------------------------------------------
+
+
+def help_paragraphs(text: str | None) -> str | None:
+    """Help text as paragraphs: the line breaks of a docstring's source joined into spaces, blank lines
+    kept (a paragraph starting with \\b keeps its lines, as click's convention says). typer joins the
+    lines of a command's first paragraph only, so later ones broke mid-sentence where the source did."""
+    if not text:
+        return text
+    import inspect
+
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+def _tidy_param(param: Any) -> None:
+    """A flag takes no value: no <bool> after it. An argument is named in capitals (RECIPE, RUN_DIR...),
+    as click names them, not {path}. Help text in paragraphs (help_paragraphs)."""
+    if getattr(param, "param_type_name", "") == "option":
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""  # typer shows a metavar in place of the type, and an empty one as nothing
+        if isinstance(getattr(param, "show_default", None), str):
+            # A default shown as text (the option itself defaults to None: merge's method defaults) reads
+            # [default: 16], not click's [default: (16)].
+            shown = param.show_default
+            param._get_default_string = lambda **_: shown
+    elif getattr(param, "param_type_name", "") == "argument" and param.metavar is None:
+        param.metavar = (param.name or "").upper() + ("..." if param.nargs != 1 else "")
+    if getattr(param, "help", None):
+        param.help = help_paragraphs(param.help)
+
+
+class RecallCommand(TyperCommand):
+    """A recall command's --help: paragraphs unbroken, flags without a value, arguments in capitals,
+    a usage line in click's style (``recall forgetting [OPTIONS] [RUN_DIR]...``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = help_paragraphs(self.help)
+        self.epilog = help_paragraphs(self.epilog)
+        for param in self.params:
+            _tidy_param(param)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _tidy_param(option)
+        return option
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if getattr(param, "param_type_name", "") == "argument":
+                name = param.metavar or param.name.upper()
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+class RecallGroup(TyperGroup):
+    """The `recall` group: its own --help tidied like the commands', and output that a stdout which is
+    not Unicode can print (console.printable_streams) before any command runs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = help_paragraphs(self.help)
+        for param in self.params:
+            _tidy_param(param)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _tidy_param(option)
+        return option
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from .console import printable_streams
+
+        printable_streams()
+        return super().main(*args, **kwargs)
+
+
+def use_recall_commands(app: typer.Typer) -> None:
+    """Every command registered on ``app`` so far gets RecallCommand's --help (one place for all groups)."""
+    for info in app.registered_commands:
+        if info.cls is None or info.cls is TyperCommand:  # typer's default, by version: None or TyperCommand
+            info.cls = RecallCommand
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 

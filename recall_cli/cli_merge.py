@@ -76,11 +76,18 @@ def _parameter_name(option: str) -> str:
 
 def _parameter(option: Option) -> inspect.Parameter:
     """One option as typer reads a parameter. Not given, it is None (the method's default applies),
-    except where --help shows the default."""
+    except where the option's show_default makes the method's default the command line's. --help shows
+    the default either way (as text where the parameter's own is None); one that several methods read
+    with different defaults names them in its help instead."""
     kind = option.type if option.show_default else option.type | None
-    info = typer.Option(option.flag, help=option.help, show_default=option.show_default, min=option.min)
+    shown: bool | str = option.show_default or (False if option.default is None else _shown_default(option.default))
+    info = typer.Option(option.flag, help=option.help, show_default=shown, min=option.min)
     return inspect.Parameter(_parameter_name(option.name), inspect.Parameter.KEYWORD_ONLY,
                              default=option.default if option.show_default else None, annotation=Annotated[kind, info])
+
+
+def _shown_default(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _with_method_options(command):

@@ -16,17 +16,24 @@ import typer
 from .cli_common import JsonOpt, check_device, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = ("Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, probe file, model or run directory "
-                    "(nothing is written). RECALL_DEBUG=1 shows tracebacks.")
+                    "(nothing is written); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks.")
+TRADEOFF_EXIT_CODES = (
+    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming "
+    "it, and so is a run whose --x or --y is NaN or inf); 1 unexpected failure; 2 bad usage: no readable runs under "
+    "the folders, none that records both --x and --y, an unknown --x or --y, a --within that is negative or not "
+    "finite (no figure is written); 4 the figure cannot be written (disk full, permission denied, read-only, a file "
+    "where its folder goes); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
+)
 
 
 def register(app: typer.Typer) -> None:
     app.command(epilog=PROBE_EXIT_CODES)(probe)
-    app.command(epilog=PROBE_EXIT_CODES)(tradeoff)
+    app.command(epilog=TRADEOFF_EXIT_CODES)(tradeoff)
 
 
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
-    against: Annotated[Optional[str], typer.Option(help="θ*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
+    against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
     probes: Annotated[str, typer.Option(help="Comma-separated probes: cka, drift, sts, mlm.")] = "cka,drift,sts,mlm",
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
@@ -37,7 +44,7 @@ def probe(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
-    """Probe models against θ*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio."""
+    """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio."""
 
     def go() -> None:
         from .probes.targets import probe_targets
@@ -50,10 +57,10 @@ def probe(
         if as_json:
             typer.echo(dumps_json(rows))
             return
-        from .console import out_console
+        from .console import print_table
         from .report.probe_tables import probe_table
 
-        out_console.print(probe_table(rows))
+        print_table(probe_table(rows))
         for note in dict.fromkeys(n for r in rows for n in r["notes"]):
             typer.echo(f"note: {note}")
 
@@ -71,7 +78,7 @@ def tradeoff(
 ) -> None:
     """Task score against retained skill, one point per run (final eval and final probe), median per setting marked.
 
-    Families of settings (RecAdam floors, WiSE-FT α, RECALL τ) are drawn as lines from the weakest to the
+    Families of settings (RecAdam floors, WiSE-FT alpha, RECALL tau) are drawn as lines from the weakest to the
     strongest. --within W picks, per task, the setting that keeps the most skill at a cost of at most W
     points of task score, says why, and marks it; with --json it prints one object per task."""
 

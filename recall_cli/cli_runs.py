@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, fail, run_guarded
+from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE, fail, run_guarded
 
 SWEEP_EXIT_CODES = (
     "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
@@ -22,8 +22,15 @@ SWEEP_EXIT_CODES = (
 )
 REPORT_EXIT_CODES = (
     "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning "
-    "naming it); 1 unexpected failure; 2 bad usage (no readable runs under the directory, unknown key, metric, "
-    "preset or format; no figure is written). RECALL_DEBUG=1 shows tracebacks."
+    "naming it); 1 unexpected failure; 2 bad usage (no readable runs under the folders, unknown key, metric, "
+    "preset or format); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
+)
+# forgetting and tradeoff (cli_probe.py) write a figure: what they print is built first, the figure last.
+FIGURE_EXIT_CODES = (
+    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning "
+    "naming it); 1 unexpected failure; 2 bad usage (no run directories given, no readable runs under them, "
+    "unknown key; no figure is written); 4 the figure cannot be written (disk full, permission denied, "
+    "read-only, a file where its folder goes); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
 )
 
 
@@ -34,7 +41,7 @@ def _guarded(fn, interrupted_hint: str | None = None) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command(epilog=SWEEP_EXIT_CODES)(sweep)
-    app.command(epilog=REPORT_EXIT_CODES)(forgetting)
+    app.command(epilog=FIGURE_EXIT_CODES)(forgetting)
     app.command(epilog=REPORT_EXIT_CODES)(compare)
 
 
@@ -90,7 +97,8 @@ def sweep(
 
 
 def forgetting(
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="A run directory, or a folder of them (searched recursively).")],
+    run_dirs: Annotated[Optional[list[Path]], typer.Argument(metavar="RUN_DIR...", help="Run directories, or folders of them (searched recursively); several are read as one set.", show_default=False)] = None,
+    run_dir: Annotated[Optional[list[Path]], typer.Option("--run-dir", metavar="DIR", help="The same as a RUN_DIR argument (repeatable), as compare and tradeoff take them.", show_default=False)] = None,
     out: Annotated[Path, typer.Option(help="Figure file: .png (default), .svg or .pdf.")] = Path("forgetting.png"),
     label: Annotated[Optional[str], typer.Option(help="Recipe key that labels the curves (default: optimizer.anneal_k if it differs, else every differing key).")] = None,
     dpi: Annotated[int, typer.Option(min=30, max=600, help="Resolution of a PNG (the figure is 13 x 4 inches).")] = 150,
@@ -109,7 +117,11 @@ def forgetting(
         from .report.plots import forgetting_figure
         from .report.probe_plots import probe_figure
 
-        runs = report.load_runs(run_dir, warn=_warn)
+        folders = [*(run_dirs or []), *(run_dir or [])]
+        if not folders:
+            fail("give the runs: recall forgetting RUN_DIR... (run directories or folders of them; --run-dir DIR "
+                 "is the same)", EXIT_USAGE)
+        runs = report.load_runs(folders, warn=_warn)
         groups = report.forgetting_groups(runs, label)
         # Runs with probe records get a second figure beside the first: forgetting in function space.
         probes_out = out.with_name(f"{out.stem}_probes{out.suffix}") if probe_tables.has_probes(runs) else None
@@ -126,11 +138,11 @@ def forgetting(
                     row["probe"] = {k: v for k, v in by_run[row["run"]].items() if k not in ("run", "name", "label", "seed")}
             typer.echo(json.dumps(rows, indent=2))
         else:
-            from .console import out_console
+            from .console import print_table
 
-            out_console.print(report.forgetting_table(rows))
+            print_table(report.forgetting_table(rows))
             if probe_rows:
-                out_console.print(probe_tables.probe_rows_table(probe_rows))
+                print_table(probe_tables.probe_rows_table(probe_rows))
         typer.echo(f"figure: {out}", err=as_json)
         if probes_out is not None:
             typer.echo(f"figure: {probes_out}", err=as_json)
@@ -165,9 +177,9 @@ def compare(
         if fmt != "table":
             typer.echo(report.render(result, fmt), nl=False)
             return
-        from .console import out_console
+        from .console import print_table
 
-        out_console.print(report.rich_table(result))
+        print_table(report.rich_table(result))
         for line in report.notes(result):
             typer.echo(line)
 

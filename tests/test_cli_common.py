@@ -70,3 +70,116 @@ def test_every_known_error_is_one_line_and_its_documented_code(kind, capsys, mon
                        "recall finetune --resume runs/x"]
     else:
         assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]
+
+
+# ---- --help: what a new user reads first -----------------------------------------------------------
+
+COMMANDS = ("finetune", "evaluate", "sweep", "forgetting", "compare", "probe", "tradeoff", "merge")
+
+
+def _help(*args: str, width: int = 80) -> str:
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", ("", *COMMANDS))
+def test_help_has_no_bool_metavars_and_names_arguments_in_capitals(command):
+    text = _help(*([command] if command else []))
+    assert "<bool>" not in text
+    assert "{" not in text.splitlines()[1]  # the usage line: RECIPE, RUN_DIR..., not {path}
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    expected = {"finetune": "[RECIPE] [OVERRIDES...]", "evaluate": "PATH", "sweep": "RECIPE [OVERRIDES...]",
+                "forgetting": "[RUN_DIR...]", "compare": "RUN_DIR...", "probe": "TARGETS...",
+                "tradeoff": "RUN_DIR...", "merge": "MODELS...", "": "COMMAND [ARGS]..."}[command]
+    assert usage.strip().endswith(f"[OPTIONS] {expected}"), usage
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_paragraphs_are_not_broken_mid_sentence(command):
+    """A docstring's source line breaks used to show up in every paragraph after the first."""
+    from recall_cli.cli import app
+    import typer.main
+
+    click_command = typer.main.get_command(app).commands[command]
+    for text in (click_command.help or "", click_command.epilog or ""):
+        for paragraph in text.split("\n\n"):
+            assert "\n" not in paragraph, (command, paragraph)
+
+
+def test_each_command_has_its_own_exit_codes():
+    tradeoff, probe = _help("tradeoff", width=200), _help("probe", width=200)
+    assert "--within that is negative or not finite" in tradeoff and "the figure cannot be written" in tradeoff
+    assert "probe file" in probe and "--within" not in probe and "figure" not in probe
+    forgetting, compare = _help("forgetting", width=200), _help("compare", width=200)
+    assert "4 the figure cannot be written" in forgetting and "figure" not in compare
+
+
+def test_merge_help_shows_every_default():
+    text = " ".join(_help("merge", width=200).split())
+    for flag, default in (("--clusters", "16"), ("--pool", "512"), ("--temperature", "0.05"), ("--gamma", "hidden"),
+                          ("--density", "0.2"), ("--seed", "0"), ("--method", "recall")):
+        after = text[text.index(flag + " "):]
+        assert f"[default: {default}]" in after[:200], (flag, after[:200])
+    assert "(default 0.5)" in text and "(default 1)" in text  # --lambda: each method's own
+
+
+def test_merge_options_not_given_still_reach_the_method_as_none():
+    """--help shows the method's default, but an option left out is still "not given" (None)."""
+    import inspect
+
+    from recall_cli.cli_merge import merge
+
+    parameters = inspect.signature(merge).parameters
+    assert parameters["clusters"].default is None and parameters["seed"].default == 0
+
+
+def test_theta_star_is_spelled_one_way_in_help():
+    text = _help(width=200) + "".join(_help(c, width=200) for c in COMMANDS)
+    assert "θ" not in text and "theta*" in text
+
+
+def test_forgetting_takes_run_folders_as_arguments_and_as_run_dir(tmp_path):
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    from test_report import fake_run
+
+    fake_run(tmp_path / "a", "quickstart", optimizer="recadam", seed=42)
+    fake_run(tmp_path / "b", "quickstart_adamw", optimizer="adamw", seed=42, main=0.82)
+    runner = CliRunner()
+    both = [runner.invoke(app, ["forgetting", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "1.png")],
+                          env={"COLUMNS": "80"}),
+            runner.invoke(app, ["forgetting", "--run-dir", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b"),
+                                "--out", str(tmp_path / "2.png")], env={"COLUMNS": "80"}),
+            runner.invoke(app, ["forgetting", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b"),
+                                "--out", str(tmp_path / "3.png")], env={"COLUMNS": "80"})]
+    for result in both:
+        assert result.exit_code == 0, result.output
+        # Not a terminal: a pipe table with every column, both names in full.
+        lines = result.stdout.splitlines()
+        header = [c.strip() for c in lines[1].strip("|").split("|")]
+        assert header == ["run", "setting", "seed", "dist end", "dist min", "at step", "loss end", "dev main"]
+        names = [line.strip("|").split("|")[0].strip() for line in lines[3:5]]
+        assert sorted(names) == ["quickstart", "quickstart_adamw"], result.stdout
+        assert "…" not in result.stdout
+    none = runner.invoke(app, ["forgetting", "--out", str(tmp_path / "4.png")])
+    assert none.exit_code == 2 and none.output.strip().startswith("error: give the runs: recall forgetting RUN_DIR")
+    assert not (tmp_path / "4.png").exists()
+
+
+def test_a_stdout_that_is_not_unicode_prints_ascii_instead_of_crashing():
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
+    code = ("import sys; from recall_cli.console import printable_streams, out_console; printable_streams(); "
+            "out_console.print('λ=0.5 θ* – ±'); print('‖θ − θ*‖')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["lambda=0.5 theta* - +-", "||theta - theta*||"]

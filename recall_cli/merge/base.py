@@ -84,8 +84,9 @@ class Option:
     """One setting a method reads: ``recall merge --NAME VALUE``, and NAME in run_merge's options.
 
     ``help`` says what it does without naming the method (the command line prefixes the method's
-    label). ``default`` is what the method reads when the option is not given; ``show_default`` puts it
-    in --help. ``parse`` checks a given value and returns what the method reads (raising MergeError
+    label). ``default`` is what the method reads when the option is not given, and what --help shows;
+    ``show_default`` makes it the command line's own default too (else the option is None when not
+    given). ``parse`` checks a given value and returns what the method reads (raising MergeError
     with the fix); like ``min``, it runs on every option given, whatever the method."""
 
     name: str
