@@ -469,11 +469,38 @@ def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:
     if o.anneal_fun != "sigmoid":
         return warnings
     t0 = recipe.anneal_t0_steps(total_steps)
+
+    def round_down(value: float, digits: int = 1) -> float:  # 0.0833 -> 0.08
+        scale = 10 ** (math.floor(math.log10(value)) - digits + 1)
+        return math.floor(round(value / scale, 9)) * scale
+
+    def round_up(value: float, digits: int = 2) -> float:  # 0.3333 -> 0.34
+        scale = 10 ** (math.floor(math.log10(value)) - digits + 1)
+        return float(f"{math.ceil(round(value / scale, 9)) * scale:.{digits + 6}g}")
+
+    def shorter_recall_phase() -> str:
+        """What ends the recall phase by half of the run (t0 + 4/k <= total/2), computed from this
+        recipe so that it never suggests the value the recipe already has: the largest anneal_t0 that
+        fits at this k, in the recipe's own form (a fraction or steps), the smallest anneal_k at this t0."""
+        half, fraction, ways = total_steps / 2, o.anneal_t0 < 1, []
+        t0_fits = half - 4 / o.anneal_k
+        if t0_fits >= 1:
+            shown = f"{round_down(t0_fits / total_steps):g}" if fraction else str(int(round_down(t0_fits, 2)))
+            ways.append(f"optimizer.anneal_t0={shown} or less")
+        if half - t0 > 0:
+            ways.append(f"optimizer.anneal_k={round_up(4 / (half - t0)):g} or more")
+        if ways:
+            return "try " + ", or ".join(ways)
+        # Neither alone fits: t0 at a tenth of the run (the recipe's is past half) and the k it then needs.
+        t0_new = 0.1 if fraction else max(1, total_steps // 10)
+        k_new = round_up(4 / (half - (t0_new * total_steps if fraction else t0_new)))
+        return f"try optimizer.anneal_t0={t0_new:g} with optimizer.anneal_k={k_new:g} or more"
+
     if t0 + 4 / o.anneal_k > total_steps / 2:
         warnings.append(
             f"the recall phase is long for this run: lambda(t) reaches 0.98 only at step {t0 + 4 / o.anneal_k:.0f} "
             f"(t0 + 4/k), past half of the {total_steps} steps; the paper's t0 assumes 7,800-61,360 steps "
-            "(try a smaller optimizer.anneal_t0, e.g. a fraction such as 0.1, or a larger anneal_k)"
+            f"({shorter_recall_phase()})"
         )
     if recipe.model.init == "random":
         # Steps before lambda reaches 0.1: t0 - ln(9)/k. Each shrinks theta - theta* by ~(1 - lr*gamma).

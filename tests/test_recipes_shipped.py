@@ -198,3 +198,44 @@ def test_the_study_covers_its_recipes():
     driver = (RECIPES.parent / "docs" / "study" / "study.py").read_text(encoding="utf-8")
     tasks = re.search(r"^TASKS = \((.*)\)$", driver, re.M).group(1)
     assert sorted(t.strip(' "') for t in tasks.split(",") if t.strip()) == sorted(p.stem for p in STUDY)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"train": {"max_steps": 30}},  # the quick start cut short: its t0 is already the fraction 0.1
+    {"train": {"max_steps": 100}, "optimizer": {"anneal_t0": 0.4}},
+    {"train": {"max_steps": 400}, "optimizer": {"anneal_t0": 250, "anneal_k": 0.1}},
+    {"train": {"max_steps": 40}, "optimizer": {"anneal_t0": 30, "anneal_k": 0.1}},
+    {"train": {"max_steps": 40}, "optimizer": {"anneal_t0": 0.9, "anneal_k": 0.1}},
+    {"train": {"max_steps": 2000}, "optimizer": {"anneal_t0": 0.1, "anneal_k": 0.004}},
+])
+def test_a_long_recall_phase_warning_suggests_values_that_fit(overrides):
+    """The warning used to suggest "a fraction such as 0.1" to a recipe that used 0.1. Each value it
+    suggests now differs from the recipe's, and taking it (or the pair it names) ends the warning."""
+    import re
+
+    raw = yaml.safe_load((RECIPES / "quickstart.yaml").read_text())
+    for section, values in overrides.items():
+        raw[section].update(values)
+    recipe, problems = build_recipe(raw, check_files=False)
+    assert not problems
+    total = recipe.train.max_steps
+    [warning] = [w for w in recipe_module.schedule_warnings(recipe, total) if "recall phase is long" in w]
+    advice = warning[warning.index("(try "):]
+    assert "such as" not in advice
+    alternatives = advice.strip("()").removeprefix("try ").split(", or ")
+    for alternative in alternatives:
+        changed = {key: float(value) for key, value in re.findall(r"optimizer\.(anneal_t0|anneal_k)=([\d.e-]+)", alternative)}
+        assert changed, alternative
+        for key, value in changed.items():
+            assert value != getattr(recipe.optimizer, key), (key, value)
+        fixed, problems = build_recipe({**raw, "optimizer": {**raw["optimizer"], **changed}}, check_files=False)
+        assert not problems, problems
+        assert not [w for w in recipe_module.schedule_warnings(fixed, total) if "recall phase is long" in w], alternative
+
+
+def test_the_quick_start_cut_short_is_told_to_raise_k():
+    raw = yaml.safe_load((RECIPES / "quickstart.yaml").read_text())
+    raw["train"]["max_steps"] = 30
+    recipe, _ = build_recipe(raw, check_files=False)
+    [warning] = [w for w in recipe_module.schedule_warnings(recipe, 30) if "recall phase" in w]
+    assert warning.endswith("(try optimizer.anneal_k=0.34 or more)"), warning
