@@ -108,6 +108,12 @@ def finetune(
             fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", EXIT_USAGE)
         if as_json and not dry_run:
             fail("--json goes with --dry-run (a run writes its records to metrics.jsonl)", EXIT_USAGE)
+        from .model import check_hub
+
+        # Offline, what the recipe needs from the hub is named now, in one line, instead of after five
+        # retries a file; what the caches hold is read from them without asking the hub.
+        check_hub(loaded.model.name_or_path, loaded.task.name, loaded.task.data_dir,
+                  what=f"the run in {resume}" if resume is not None else str(recipe))
         if dry_run:
             _print_dry_run(loaded, nproc or torchrun_world, as_json, resume=resume is not None, overwrite=overwrite)
             return

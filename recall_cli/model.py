@@ -52,9 +52,115 @@ def resolve_name_or_path(name: str) -> str:
     return str(module.get_model_path())
 
 
+# ---- the Hugging Face hub: reached once, or not at all ----------------------------------------------
+
+_HUB_OFFLINE_VALUES = ("1", "on", "yes", "true")
+_hub_reachable: bool | None = None  # asked once per process
+
+
+def hub_id(name: str) -> str | None:
+    """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package or a folder."""
+    if name.startswith(PACKAGE_PREFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
+        return None
+    return name
+
+
+def hub_offline() -> bool:
+    """True when the hub is not to be asked: HF_HUB_OFFLINE is set, or it did not answer once already
+    (then this process has been switched to the caches: go_offline)."""
+    global _hub_reachable
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _HUB_OFFLINE_VALUES:
+        return True
+    if _hub_reachable is None:
+        _hub_reachable = _hub_answers()
+        if not _hub_reachable:
+            go_offline()
+    return not _hub_reachable
+
+
+def _hub_answers(timeout: float = 3.0) -> bool:
+    """One request to the hub's endpoint (HF_ENDPOINT, through the proxies the environment names):
+    any HTTP answer counts, a name that does not resolve or a connection that fails or times out does not."""
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def go_offline() -> None:
+    """huggingface_hub, transformers and datasets read their caches only: a file that is not there
+    fails at once instead of after five retries a file (each library asks again, ~25 s a file)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # read by each library when it is imported
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import sys
+
+    if "huggingface_hub" in sys.modules:  # imported already: it reads the constant at each request
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+    if "datasets" in sys.modules:
+        import datasets.config
+
+        datasets.config.HF_HUB_OFFLINE = True
+
+
+def model_in_cache(repo_id: str) -> bool:
+    """Whether the hub cache holds ``repo_id``'s config.json (what a dry run and a run read first)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id: not cached
+        return False
+    return isinstance(found, str)
+
+
+def _glue_in_cache() -> bool:
+    """Whether nyu-mll/glue (data.py's hub copy of GLUE) was ever downloaded into the caches."""
+    from huggingface_hub import constants
+
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
+    return (Path(constants.HF_HUB_CACHE) / "datasets--nyu-mll--glue").is_dir() or (datasets_cache / "nyu-mll___glue").is_dir()
+
+
+def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str = "the run") -> None:
+    """Before anything loads: when the recipe needs the hub (a hub id for the model, GLUE without
+    task.data_dir) and the hub cannot be reached, the process is switched to the caches (go_offline),
+    and what the caches do not hold is one ModelLoadError naming each missing part and its fix."""
+    from .names import TASKS
+
+    model = hub_id(model_name)
+    glue = TASKS.get(task_name) if data_dir is None else None
+    if (model is None and glue is None) or not hub_offline():
+        return
+    missing = []
+    if model is not None and not model_in_cache(model):
+        missing.append(f"model.name_or_path={model} is not in the local cache: download it once where "
+                       f"there is internet (`hf download {model}`), or point model.name_or_path at a local folder")
+    if glue is not None and not _glue_in_cache():
+        missing.append(f"task.data_dir is null, so GLUE {glue.name} would come from the hub: set "
+                       f"task.data_dir=data/glue/{glue.folder} (shipped with recall) or another local GLUE folder")
+    if missing:
+        if os.environ.get("HF_HUB_OFFLINE") and _hub_reachable is None:
+            why = "HF_HUB_OFFLINE is set (the Hugging Face hub is not asked)"
+        else:
+            why = "the Hugging Face hub cannot be reached"
+        raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
+
+
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
     folder = Path(name).expanduser()
+    if hub_id(name) is not None:
+        hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
     if _looks_like_path(name) and not folder.is_dir():
         raise ModelLoadError(f"model folder not found: {name} (set model.name_or_path to a folder with config.json)")
     if folder.is_dir() and not (folder / "config.json").is_file():
