@@ -73,6 +73,11 @@ class DeviceError(RecallError, ValueError):
     """The recipe asks for a device or precision this machine does not have; the message says what to set."""
 
 
+class CompileError(RecallError, RuntimeError):
+    """train.compile=on where the step cannot be compiled (no compiler, an old torch, a failed
+    compile); the message says why and offers train.compile=off or auto."""
+
+
 class RunDirError(RecallError, RuntimeError):
     """A run directory, checkpoint or output folder that cannot be used as asked; the message says what to do."""
 
@@ -91,6 +96,16 @@ class ReportError(RecallError, ValueError):
 
 class SweepError(RecallError, ValueError):
     """A sweep that cannot start as asked; the message says what to change."""
+
+
+class MissingPackage(RecallError, RuntimeError):
+    """An optional package the command needs is not installed (or does not import); the message names
+    the pip command. RuntimeError, not ImportError: an ``except ImportError`` fallback must not swallow it."""
+
+
+class TrackerError(RecallError, RuntimeError):
+    """An experiment tracker that train.report_to names cannot start (no login, a store it cannot
+    reach); the message names the tracker and what to set."""
 
 
 class EnvironmentProblem(RecallError, RuntimeError):

@@ -1,30 +1,226 @@
 """Experiment trackers (train.report_to): every record recall writes to metrics.jsonl, the resolved
-recipe as hyper-parameters and the summary at the end, sent to TensorBoard, W&B or MLflow.
+recipe as hyper-parameters, the summary and the forgetting figure at the end, sent to TensorBoard,
+W&B or MLflow.
+
+    tensorboard_tracker.py  event files in <run_dir>/tensorboard/ (torch's SummaryWriter)
+    mlflow_tracker.py       one MLflow run in the store MLFLOW_TRACKING_URI names, else MLflow's default
+    wandb_tracker.py        one W&B run (WANDB_MODE=offline: local files that `wandb sync` uploads later)
+    figures.py              this run's forgetting (and probe) figure as PNG files
 
 The loop sees one object, :class:`Trackers`; each tracker lives in a module of its own and is imported
-only when a recipe names it (they are optional extras).
+only when a recipe names it (they are optional extras). Every tracker gets the same names:
+
+    <split>/<key>                 each number of a metrics.jsonl record, at the record's step: train/loss,
+                                  train/lambda, train/distance, eval/main, probe/sts_retained (lists left out)
+    hyper-parameters              the resolved recipe as dotted keys (optimizer.lr); W&B's config nested
+    summary/<key>                 summary.json's numbers at the end, nested keys joined by "/" (summary/best/main)
+    figures/forgetting, figures/probes   the figures, as images
+
+A resumed run continues the tracker run it started: the ids are kept in <run_dir>/trackers.json.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Sequence
+
+from ..errors import MissingPackage, TrackerError
+from ..names import TRACKERS
+
+STATE_FILE = "trackers.json"  # in the run directory: each tracker's run id, so that --resume continues it
+SWEEP_INDEX = "sweep.json"  # sweep.INDEX_FILE: a run directory beside one is a sweep's cell
+
+# train.report_to name -> the module that implements it (recall_cli/trackers/<module>.py)
+MODULES = {"tensorboard": "tensorboard_tracker", "mlflow": "mlflow_tracker", "wandb": "wandb_tracker"}
 
 
-def check_available(names: list[str]) -> None:
+def check_available(names: Sequence[str]) -> None:
     """Refuse a tracker whose package is missing, before anything is written (exit 2, pip named)."""
-    # Filled in by the trackers work (issue 23): the registry is names.TRACKERS.
+    for name in dict.fromkeys(names):
+        tracker = TRACKERS[name]
+        try:
+            importlib.import_module(tracker.module)
+        except ImportError as exc:
+            # An installed package that does not import (a protobuf clash, say) is named as such.
+            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == tracker.module
+            what = "is not installed" if missing else f"cannot be imported ({type(exc).__name__}: {exc})"
+            raise MissingPackage(f"report_to names {name}, but the {tracker.module} package {what}: "
+                                 f"pip install 'recall-cli[{tracker.extra}]'") from None
+
+
+# ---- what the trackers are told ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run a tracker reports: its names, its settings, and whether it continues an earlier one."""
+
+    name: str  # the run directory's name (a sweep cell's name; merge: --out's name)
+    folder: Path  # the run directory (merge: --out)
+    params: dict[str, Any]  # dotted keys -> values: MLflow's params, TensorBoard's hparams
+    config: dict[str, Any]  # the same, nested: W&B's config
+    kind: str = "finetune"  # or "merge": W&B's job_type, an MLflow tag
+    group: str | None = None  # the sweep's folder name, for a sweep's cells
+    resumed: bool = False
+    start_step: int = 0  # a resumed run logs only the steps after this one
+    saved: dict[str, Any] = field(default_factory=dict)  # what this tracker kept in trackers.json last time
+
+
+class Tracker(Protocol):
+    """One tracker's run. ``state`` is what trackers.json keeps for a resume (a run id), or {}."""
+
+    def state(self) -> dict[str, Any]: ...
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_summary(self, values: dict[str, Any], step: int) -> None: ...
+    def log_image(self, name: str, png: Path, step: int) -> None: ...
+    def close(self, finished: bool) -> None: ...
+
+
+def record_metrics(record: dict[str, Any]) -> dict[str, float]:
+    """A metrics.jsonl record as tracker names: {"train/loss": 0.69, ...}. Numbers only (lists such as
+    cka_layers, and nulls such as fp16's all-skipped grad_norm, are left out)."""
+    split = record["split"]
+    return {f"{split}/{key}": float(value) for key, value in record.items()
+            if key not in ("step", "split") and _is_number(value)}
+
+
+def summary_values(summary: dict[str, Any], prefix: str = "summary") -> dict[str, Any]:
+    """summary.json flattened to summary/<key>, nested keys joined by "/": numbers, and text (what
+    each tracker keeps of it is its own); lists are left out."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict):
+            out.update(summary_values(value, name))
+        elif _is_number(value) or isinstance(value, str):
+            out[name] = value
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int to Python, but finished=true is not a curve.
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numbers(values: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items() if _is_number(v)}
+
+
+# ---- the fan-out the loop holds ------------------------------------------------------------------
 
 
 class Trackers:
     """The trackers of one run (rank 0 only); with none named, every call does nothing."""
 
-    def log(self, record: dict[str, Any]) -> None: ...
-    def finish(self, summary: dict[str, Any], run_dir: Path) -> None: ...
-    def close(self) -> None: ...
+    def __init__(self, opened: Sequence[Tracker] = ()):
+        self.opened = list(opened)
+        self.finished = False
+
+    def __bool__(self) -> bool:
+        return bool(self.opened)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.opened:
+            return
+        metrics, step = record_metrics(record), int(record["step"])
+        for tracker in self.opened:
+            tracker.log(metrics, step)
+
+    def finish(self, summary: dict[str, Any], run_dir: Path) -> None:
+        """The summary, then this run's figures as images, at the run's last step."""
+        if not self.opened:
+            return
+        step = int(summary.get("steps") or 0)
+        values = summary_values(summary)
+        for tracker in self.opened:
+            tracker.log_summary(values, step)
+        from .figures import run_figures
+
+        with run_figures(Path(run_dir)) as pngs:
+            for name, png in pngs.items():
+                for tracker in self.opened:
+                    tracker.log_image(name, png, step)
+        self.finished = True
+
+    def close(self) -> None:
+        """Ends each tracker's run (finished, or stopped before its end); a second call does nothing."""
+        opened, self.opened = self.opened, []
+        for tracker in reversed(opened):
+            tracker.close(self.finished)
 
 
 def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int) -> Trackers:
     """The trackers ``recipe.train.report_to`` names, opened for the run in ``run_dir``; a resumed run
-    continues the same tracker run where the tracker allows it."""
-    return Trackers()
+    continues the same tracker run where the tracker allows it. A process other than rank 0 gets none."""
+    from ..recipe import flatten
+
+    names = list(dict.fromkeys(recipe.train.report_to))
+    if not names or not _is_rank_zero():
+        return Trackers()
+    run_dir = Path(run_dir)
+    config = recipe.to_dict()
+    sweep = run_dir.parent.name if (run_dir.parent / SWEEP_INDEX).is_file() else None
+    info = RunInfo(name=run_dir.name, folder=run_dir, params=flatten(config), config=config, kind="finetune",
+                   group=sweep, resumed=resumed, start_step=start_step)
+    return _open(names, info, run_dir / STATE_FILE)
+
+
+def open_merge_run(names: Sequence[str], out: Path, settings: dict[str, Any]) -> Trackers:
+    """One tracker run for a `recall merge`: its settings as hyper-parameters; the caller logs the scores."""
+    from ..recipe import flatten
+
+    names = list(dict.fromkeys(names))
+    if not names or not _is_rank_zero():
+        return Trackers()
+    out = Path(out)
+    info = RunInfo(name=out.name, folder=out, params=flatten(settings), config=settings, kind="merge")
+    return _open(names, info, None)
+
+
+def _open(names: list[str], info: RunInfo, state_file: Path | None) -> Trackers:
+    saved = _read_state(state_file) if state_file is not None and info.resumed else {}
+    opened: list[Tracker] = []
+    try:
+        for name in names:
+            module = importlib.import_module(f".{MODULES[name]}", __name__)
+            opened.append(module.open_tracker(_with_saved(info, saved.get(name, {}))))
+    except BaseException:
+        Trackers(opened).close()
+        raise
+    if state_file is not None:
+        state = {name: tracker.state() for name, tracker in zip(names, opened) if tracker.state()}
+        if state:
+            from ..rundir import write_json_atomic
+
+            write_json_atomic(state_file, {**saved, **state})
+    return Trackers(opened)
+
+
+def _with_saved(info: RunInfo, saved: dict[str, Any]) -> RunInfo:
+    from dataclasses import replace
+
+    return replace(info, saved=saved)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """trackers.json, or {} (no file, or one that cannot be read: the trackers start new runs)."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _is_rank_zero() -> bool:
+    # The loop opens trackers on rank 0 alone; this guards a library caller on another rank too.
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def start_failed(name: str, exc: BaseException, fix: str) -> TrackerError:
+    """The one line for a tracker that cannot start its run."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return TrackerError(f"report_to {name}: cannot start a run ({message}): {fix}")
