@@ -38,6 +38,7 @@ def merge(
     *,  # every method's options come here (_with_method_options)
     device: Annotated[str, typer.Option(help="RECALL representations and --evaluate: auto, cpu or cuda.")] = "auto",
     evaluate: Annotated[bool, typer.Option("--evaluate", help="Score every output and its source model on the source's task.")] = False,
+    report_to: Annotated[list[str] | None, typer.Option("--report-to", help="Trackers that get the merge's settings and --evaluate's scores as one run: tensorboard, wandb or mlflow (repeat for more).")] = None,
     as_json: JsonOpt = False,
     **method_options: Any,
 ) -> None:
@@ -51,7 +52,7 @@ def merge(
         from . import merge as m
 
         given = {name: method_options[_parameter_name(name)] for name in known_options()}
-        merged = m.run_merge(models, out, method, given, device=device, evaluate=evaluate)
+        merged = m.run_merge(models, out, method, given, device=device, evaluate=evaluate, report_to=report_to or ())
         scores = merged.scores
         if as_json:
             typer.echo(dumps_json({**merged.result.record, **({"scores": scores} if scores else {})}))

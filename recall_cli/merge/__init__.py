@@ -114,6 +114,7 @@ def run_merge(
     *,
     device: str = "auto",
     evaluate: bool = False,
+    report_to: Sequence[str] = (),
 ) -> Merged:
     """The whole `recall merge`: check the options, open and check the models, build the method
     (RECALL: choose the samples, as --samples, --task or the reference run's task says, and compute
@@ -123,8 +124,13 @@ def run_merge(
     samples, "0.5,0.5" for weights); an option not given takes the method's default. ``device``
     (auto, cpu or cuda) is where RECALL computes representations. With ``evaluate``, each input with a
     task and a head is scored alone (before the merge) and merged (while the outputs are still staged,
-    so that a failed evaluation leaves no OUT). Problems raise MergeError (or the resolver's, the
-    device's and the environment's errors) with the line to print; nothing is written then."""
+    so that a failed evaluation leaves no OUT). ``report_to`` names trackers (train.report_to's names)
+    that get the merge's settings and scores as one run, once OUT is written. Problems raise MergeError
+    (or the resolver's, the device's and the environment's errors) with the line to print; nothing is
+    written then."""
+    from .. import trackers
+
+    trackers.check_available(report_to)  # a missing tracker package: refused before anything is written
     spec = method_spec(method)
     given = parse_options(options or {})
     if device not in ("auto", "cpu", "cuda"):
@@ -148,6 +154,8 @@ def run_merge(
 
     result = engine.merge(sources, fuser, out, anchors=anchors, record=record,
                           before_rename=score_staged if evaluate else None)
+    if report_to:
+        trackers.report_merge(report_to, result.out, result.record, scores if evaluate else None)
     return Merged(result, sources, scores if evaluate else None)
 
 

@@ -41,7 +41,9 @@ MODULES = {"tensorboard": "tensorboard_tracker", "mlflow": "mlflow_tracker", "wa
 def check_available(names: Sequence[str]) -> None:
     """Refuse a tracker whose package is missing, before anything is written (exit 2, pip named)."""
     for name in dict.fromkeys(names):
-        tracker = TRACKERS[name]
+        tracker = TRACKERS.get(name)
+        if tracker is None:  # the recipe checks its own names: this is merge's --report-to, or a library call
+            raise TrackerError(f"report_to: unknown tracker {name!r} (choose from {', '.join(TRACKERS)})")
         try:
             importlib.import_module(tracker.module)
         except ImportError as exc:
@@ -224,3 +226,31 @@ def start_failed(name: str, exc: BaseException, fix: str) -> TrackerError:
     """The one line for a tracker that cannot start its run."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return TrackerError(f"report_to {name}: cannot start a run ({message}): {fix}")
+
+
+# ---- recall merge --------------------------------------------------------------------------------
+
+# merge.json's keys that are not settings: where things are, and RECALL's per-layer table
+MERGE_RECORD_SKIPPED = ("inputs", "outputs", "layers", "theta_star")
+
+
+def report_merge(names: Sequence[str], out: Path, record: dict[str, Any], scores: list[dict[str, Any]] | None) -> None:
+    """A `recall merge` as one tracker run: merge.json's settings (and the inputs' names) as
+    hyper-parameters; with --evaluate, each input's dev score alone and merged, and their averages,
+    as merge/<model>/individual, merge/<model>/merged, merge/average/... at step 0."""
+    settings = {key: value for key, value in record.items() if key not in MERGE_RECORD_SKIPPED}
+    settings["inputs"] = [item["name"] for item in record.get("inputs", [])]
+    trackers = open_merge_run(names, out, settings)
+    try:
+        metrics: dict[str, float] = {}
+        for row in scores or []:
+            metrics[f"merge/{row['model']}/individual"] = float(row["individual"])
+            metrics[f"merge/{row['model']}/merged"] = float(row["merged"])
+        if scores:
+            for column in ("individual", "merged"):
+                metrics[f"merge/average/{column}"] = sum(float(r[column]) for r in scores) / len(scores)
+        for tracker in trackers.opened:
+            tracker.log(metrics, 0)
+        trackers.finished = True
+    finally:
+        trackers.close()
