@@ -338,3 +338,45 @@ def test_merge_reports_its_settings_and_scores(stores, tiny_model_dir):
     for name, value in expected.items():
         assert tensorboard_curve(events, name) == [(0, pytest.approx(value, rel=1e-6))], name
         assert run.data.metrics[name] == value, name
+
+
+class Recorder:
+    """A tracker that keeps what it is told, or fails on its first record."""
+
+    def __init__(self, fails: bool = False):
+        self.fails, self.logged, self.closed = fails, [], None
+
+    def log(self, metrics, step):
+        if self.fails:
+            raise OSError(28, "No space left on device")
+        self.logged.append((step, metrics))
+
+    def close(self, finished):
+        self.closed = finished
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_with_one_warning():
+    warnings = []
+    good, broken = Recorder(), Recorder(fails=True)
+    fanout = trackers.Trackers({"mlflow": broken, "tensorboard": good}, warn=warnings.append)
+    fanout.log({"step": 2, "split": "train", "loss": 0.5})
+    fanout.log({"step": 4, "split": "train", "loss": 0.25})
+    fanout.close()
+    assert good.logged == [(2, {"train/loss": 0.5}), (4, {"train/loss": 0.25})]
+    assert warnings == ["report_to mlflow: [Errno 28] No space left on device; not reporting to it for the rest "
+                        "of the run (metrics.jsonl has every record)"]
+    assert (good.closed, broken.closed) == (False, False)  # no finish(): the run stopped before its end
+
+
+def test_a_sweeps_cells_share_a_group(stores, tiny_model_dir):
+    sweep = stores / "sweep_r"
+    (sweep / "k0.1_s1").mkdir(parents=True)  # the loop opens the trackers in a run directory that exists
+    (sweep / "sweep.json").write_text("{}")
+    recipe = load_recipe(write_recipe(stores / "cell.yaml", tiny_recipe(tiny_model_dir, sweep / "k0.1_s1",
+                                                                         train={"report_to": ["mlflow", "wandb"]})))
+    opened = trackers.open_run(recipe, sweep / "k0.1_s1", resumed=False, start_step=0)
+    opened.close()
+    state = saved_state(sweep / "k0.1_s1")
+    assert mlflow_client().get_run(state["mlflow"]["run_id"]).data.tags["recall.sweep"] == "sweep_r"
+    (records,) = wandb_records(stores, state["wandb"]["id"])
+    assert (wandb_run(records).run_group, wandb_run(records).display_name) == ("sweep_r", "k0.1_s1")

@@ -26,7 +26,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import MissingPackage, TrackerError
 from ..names import TRACKERS
@@ -115,11 +115,23 @@ def numbers(values: dict[str, Any]) -> dict[str, float]:
 # ---- the fan-out the loop holds ------------------------------------------------------------------
 
 
-class Trackers:
-    """The trackers of one run (rank 0 only); with none named, every call does nothing."""
+def warn_on_stderr(message: str) -> None:
+    import sys
 
-    def __init__(self, opened: Sequence[Tracker] = ()):
-        self.opened = list(opened)
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+class Trackers:
+    """The trackers of one run (rank 0 only); with none named, every call does nothing.
+
+    A tracker that fails once the run has started (a server gone, a full disk) is named in one
+    warning and dropped, the others go on: hours of training are not lost to a dashboard, and
+    metrics.jsonl keeps every record."""
+
+    def __init__(self, opened: dict[str, Tracker] | None = None, warn: Callable[[str], None] = warn_on_stderr):
+        self.opened = dict(opened or {})
+        self.failed: dict[str, Tracker] = {}  # dropped after a failure; still ended at close
+        self.warn = warn
         self.finished = False
 
     def __bool__(self) -> bool:
@@ -129,8 +141,7 @@ class Trackers:
         if not self.opened:
             return
         metrics, step = record_metrics(record), int(record["step"])
-        for tracker in self.opened:
-            tracker.log(metrics, step)
+        self._each(lambda tracker: tracker.log(metrics, step))
 
     def finish(self, summary: dict[str, Any], run_dir: Path) -> None:
         """The summary, then this run's figures as images, at the run's last step."""
@@ -138,26 +149,43 @@ class Trackers:
             return
         step = int(summary.get("steps") or 0)
         values = summary_values(summary)
-        for tracker in self.opened:
-            tracker.log_summary(values, step)
+        self._each(lambda tracker: tracker.log_summary(values, step))
         from .figures import run_figures
 
         with run_figures(Path(run_dir)) as pngs:
             for name, png in pngs.items():
-                for tracker in self.opened:
-                    tracker.log_image(name, png, step)
+                self._each(lambda tracker: tracker.log_image(name, png, step))
         self.finished = True
 
     def close(self) -> None:
         """Ends each tracker's run (finished, or stopped before its end); a second call does nothing."""
-        opened, self.opened = self.opened, []
-        for tracker in reversed(opened):
-            tracker.close(self.finished)
+        opened, failed, self.opened, self.failed = self.opened, self.failed, {}, {}
+        for name, tracker in reversed(opened.items()):
+            try:
+                tracker.close(self.finished)
+            except Exception as exc:  # noqa: BLE001 - see the class docstring
+                self.warn(f"report_to {name}: could not end its run ({_first_line(exc)})")
+        for tracker in failed.values():
+            try:
+                tracker.close(False)
+            except Exception:  # noqa: BLE001 - already named in a warning
+                pass
+
+    def _each(self, call: Callable[[Tracker], None]) -> None:
+        for name, tracker in list(self.opened.items()):
+            try:
+                call(tracker)
+            except Exception as exc:  # noqa: BLE001 - see the class docstring
+                self.failed[name] = self.opened.pop(name)
+                self.warn(f"report_to {name}: {_first_line(exc)}; not reporting to it for the rest of the run "
+                          "(metrics.jsonl has every record)")
 
 
-def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int) -> Trackers:
+def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int,
+             warn: Callable[[str], None] = warn_on_stderr) -> Trackers:
     """The trackers ``recipe.train.report_to`` names, opened for the run in ``run_dir``; a resumed run
-    continues the same tracker run where the tracker allows it. A process other than rank 0 gets none."""
+    continues the same tracker run where the tracker allows it. A process other than rank 0 gets none.
+    ``warn`` tells of a tracker that fails during the run (the loop can pass its reporter's warn)."""
     from ..recipe import flatten
 
     names = list(dict.fromkeys(recipe.train.report_to))
@@ -168,10 +196,11 @@ def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int) -> Tracke
     sweep = run_dir.parent.name if (run_dir.parent / SWEEP_INDEX).is_file() else None
     info = RunInfo(name=run_dir.name, folder=run_dir, params=flatten(config), config=config, kind="finetune",
                    group=sweep, resumed=resumed, start_step=start_step)
-    return _open(names, info, run_dir / STATE_FILE)
+    return _open(names, info, run_dir / STATE_FILE, warn)
 
 
-def open_merge_run(names: Sequence[str], out: Path, settings: dict[str, Any]) -> Trackers:
+def open_merge_run(names: Sequence[str], out: Path, settings: dict[str, Any],
+                   warn: Callable[[str], None] = warn_on_stderr) -> Trackers:
     """One tracker run for a `recall merge`: its settings as hyper-parameters; the caller logs the scores."""
     from ..recipe import flatten
 
@@ -180,26 +209,28 @@ def open_merge_run(names: Sequence[str], out: Path, settings: dict[str, Any]) ->
         return Trackers()
     out = Path(out)
     info = RunInfo(name=out.name, folder=out, params=flatten(settings), config=settings, kind="merge")
-    return _open(names, info, None)
+    return _open(names, info, None, warn)
 
 
-def _open(names: list[str], info: RunInfo, state_file: Path | None) -> Trackers:
+def _open(names: list[str], info: RunInfo, state_file: Path | None, warn: Callable[[str], None]) -> Trackers:
+    """Each tracker's run started (a failure here is an error: the run has not begun, and its
+    directory is rolled back), and their ids kept in trackers.json."""
     saved = _read_state(state_file) if state_file is not None and info.resumed else {}
-    opened: list[Tracker] = []
+    opened: dict[str, Tracker] = {}
     try:
         for name in names:
             module = importlib.import_module(f".{MODULES[name]}", __name__)
-            opened.append(module.open_tracker(_with_saved(info, saved.get(name, {}))))
+            opened[name] = module.open_tracker(_with_saved(info, saved.get(name, {})))
     except BaseException:
-        Trackers(opened).close()
+        Trackers(opened, warn).close()
         raise
     if state_file is not None:
-        state = {name: tracker.state() for name, tracker in zip(names, opened) if tracker.state()}
+        state = {name: tracker.state() for name, tracker in opened.items() if tracker.state()}
         if state:
             from ..rundir import write_json_atomic
 
             write_json_atomic(state_file, {**saved, **state})
-    return Trackers(opened)
+    return Trackers(opened, warn)
 
 
 def _with_saved(info: RunInfo, saved: dict[str, Any]) -> RunInfo:
@@ -224,8 +255,12 @@ def _is_rank_zero() -> bool:
 
 def start_failed(name: str, exc: BaseException, fix: str) -> TrackerError:
     """The one line for a tracker that cannot start its run."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return TrackerError(f"report_to {name}: cannot start a run ({message}): {fix}")
+    return TrackerError(f"report_to {name}: cannot start a run ({_first_line(exc)}): {fix}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # ---- recall merge --------------------------------------------------------------------------------
@@ -249,8 +284,7 @@ def report_merge(names: Sequence[str], out: Path, record: dict[str, Any], scores
         if scores:
             for column in ("individual", "merged"):
                 metrics[f"merge/average/{column}"] = sum(float(r[column]) for r in scores) / len(scores)
-        for tracker in trackers.opened:
-            tracker.log(metrics, 0)
+        trackers._each(lambda tracker: tracker.log(metrics, 0))
         trackers.finished = True
     finally:
         trackers.close()
