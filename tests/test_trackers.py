@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import make_run, tiny_recipe, write_recipe
 from typer.testing import CliRunner
 
 from recall_cli import trackers
@@ -19,8 +20,6 @@ from recall_cli.cli import app
 from recall_cli.progress import Reporter
 from recall_cli.recipe import flatten, load_recipe
 from recall_cli.train import finetune
-
-from conftest import make_run, tiny_recipe, write_recipe
 
 runner = CliRunner()
 ALL = ["tensorboard", "mlflow", "wandb"]
@@ -363,8 +362,8 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_warning():
     fanout.log({"step": 4, "split": "train", "loss": 0.25})
     fanout.close()
     assert good.logged == [(2, {"train/loss": 0.5}), (4, {"train/loss": 0.25})]
-    assert warnings == ["report_to mlflow: [Errno 28] No space left on device; not reporting to it for the rest "
-                        "of the run (metrics.jsonl has every record)"]
+    assert warnings == [("report_to mlflow: [Errno 28] No space left on device; not reporting to it for the rest "
+                         "of the run (metrics.jsonl has every record)")]
     assert (good.closed, broken.closed) == (False, False)  # no finish(): the run stopped before its end
 
 

@@ -21,12 +21,14 @@ A resumed run continues the tracker run it started: the ids are kept in <run_dir
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..errors import MissingPackage, TrackerError
 from ..names import TRACKERS
@@ -154,7 +156,7 @@ class Trackers:
 
         with run_figures(Path(run_dir)) as pngs:
             for name, png in pngs.items():
-                self._each(lambda tracker: tracker.log_image(name, png, step))
+                self._each(lambda tracker, name=name, png=png: tracker.log_image(name, png, step))
         self.finished = True
 
     def close(self) -> None:
@@ -166,10 +168,8 @@ class Trackers:
             except Exception as exc:  # noqa: BLE001 - see the class docstring
                 self.warn(f"report_to {name}: could not end its run ({_first_line(exc)})")
         for tracker in failed.values():
-            try:
+            with contextlib.suppress(Exception):  # already named in a warning
                 tracker.close(False)
-            except Exception:  # noqa: BLE001 - already named in a warning
-                pass
 
     def _each(self, call: Callable[[Tracker], None]) -> None:
         for name, tracker in list(self.opened.items()):

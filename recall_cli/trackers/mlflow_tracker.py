@@ -23,11 +23,13 @@ EXPERIMENT = "recall"
 BATCH = 100  # MLflow's log_batch takes at most 100 params (and 1000 metrics) a call
 
 
-def open_tracker(info: RunInfo) -> "MlflowTracker":
+def open_tracker(info: RunInfo) -> MlflowTracker:
     from mlflow.exceptions import MlflowException
 
     try:
         return MlflowTracker(info)
+    except ImportError as exc:  # mlflow-skinny alone: MLflow 3's local sqlite store needs sqlalchemy and alembic
+        raise start_failed("mlflow", exc, "pip install 'recall-cli[mlflow]'") from exc
     except MlflowException as exc:
         raise start_failed("mlflow", exc, "check MLFLOW_TRACKING_URI (unset: MLflow's local store in the "
                                           "working directory)") from exc

@@ -21,7 +21,7 @@ FOLDER = "tensorboard"
 HPARAM_METRICS = ("eval/main", "train/distance", "probe/sts_retained", "summary/best/main")
 
 
-def open_tracker(info: RunInfo) -> "TensorBoardTracker":
+def open_tracker(info: RunInfo) -> TensorBoardTracker:
     return TensorBoardTracker(info)
 
 

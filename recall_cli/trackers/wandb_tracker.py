@@ -18,7 +18,7 @@ from . import RunInfo, start_failed
 PROJECT = "recall"
 
 
-def open_tracker(info: RunInfo) -> "WandbTracker":
+def open_tracker(info: RunInfo) -> WandbTracker:
     return WandbTracker(info)
 
 
@@ -32,7 +32,7 @@ class WandbTracker:
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or PROJECT, id=saved_id,
                                   resume="allow" if saved_id else None, name=info.name, group=info.group,
                                   job_type=info.kind, config=info.config, reinit="create_new", settings=settings)
-        except Exception as exc:  # noqa: BLE001 - wandb raises its own types (no API key, no network)
+        except Exception as exc:
             raise start_failed("wandb", exc, "run `wandb login`, or set WANDB_MODE=offline and "
                                              "`wandb sync` the files later") from exc
         # Online, a resumed run's step counter continues from the server's: W&B drops an earlier step
