@@ -379,3 +379,16 @@ def test_a_sweeps_cells_share_a_group(stores, tiny_model_dir):
     assert mlflow_client().get_run(state["mlflow"]["run_id"]).data.tags["recall.sweep"] == "sweep_r"
     (records,) = wandb_records(stores, state["wandb"]["id"])
     assert (wandb_run(records).run_group, wandb_run(records).display_name) == ("sweep_r", "k0.1_s1")
+
+
+def test_every_tracker_has_its_extra_and_the_tests_install_them():
+    from recall_cli.names import TRACKERS
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (CI's is 3.11)
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for tracker in TRACKERS.values():
+        assert extras[tracker.extra], tracker.name  # what the refusal's pip command installs
+    (everything,) = extras["trackers"]
+    assert set(everything.removeprefix("recall-cli[").removesuffix("]").split(",")) == {t.extra for t in TRACKERS.values()}
+    assert "recall-cli[trackers]" in extras["dev"]  # CI runs these tests, it does not skip them
