@@ -437,12 +437,23 @@ def tokenize(examples: Examples, tokenizer: Any, max_seq_length: int) -> Feature
     )
 
 
-def collate(features: Features, indices: Sequence[int], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """One batch of ``indices``, right-padded to the longest sequence in the batch (not the split)."""
+def padded_length(longest: int, pad_to_multiple_of: int | None, max_length: int | None = None) -> int:
+    """The width of a batch whose longest row has ``longest`` tokens: itself (dynamic padding), or the
+    next multiple of ``pad_to_multiple_of`` (a length bucket), never above ``max_length``."""
+    if not pad_to_multiple_of:
+        return longest
+    width = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    return min(width, max_length) if max_length else width
+
+
+def collate(features: Features, indices: Sequence[int], pad_token_id: int, pad_to_multiple_of: int | None = None,
+            max_length: int | None = None) -> dict[str, torch.Tensor]:
+    """One batch of ``indices``, right-padded to the longest sequence in the batch (not the split), or
+    up to its length bucket (:func:`padded_length`) so that a compiled step sees a few shapes."""
     if len(indices) == 0:
         raise ValueError("collate needs at least one index")
     rows = [features.input_ids[i] for i in indices]
-    width = max(len(r) for r in rows)
+    width = padded_length(max(len(r) for r in rows), pad_to_multiple_of, max_length)
 
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -102,16 +102,20 @@ class Distributed:
         if self.enabled:
             dist.barrier()
 
-    def step_consensus(self, loss_sum: torch.Tensor, stop: bool) -> tuple[float, bool]:
-        """The global mean loss of the step and whether any rank was asked to stop, in one collective:
-        every rank then takes the same decision (diverged, pre-empted) at the same step."""
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank (a SIGTERM arrived somewhere): every rank then stops at
+        the same step. One small collective under DDP; nothing in one process."""
         if not self.enabled:
-            return loss_sum.item(), stop
-        packed = torch.stack([loss_sum.detach().float(), torch.tensor(float(stop), device=loss_sum.device)])
+            return flag
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        packed = torch.tensor(float(flag), device=device)
         dist.all_reduce(packed)
-        loss, stops = packed.tolist()
-        # Each rank's loss is already weighted by its share of the global batch times world_size.
-        return loss / self.world_size, stops > 0
+        return packed.item() > 0
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        """Sums ``tensor`` over the ranks, in place."""
+        if self.enabled:
+            dist.all_reduce(tensor)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.enabled:

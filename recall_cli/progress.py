@@ -14,6 +14,10 @@ class Reporter:
 
     def start(self, total_steps: int, start_step: int, info: dict[str, Any]) -> None: ...
     def warn(self, message: str) -> None: ...
+    def note(self, message: str) -> None:
+        """Something the person waiting should know that is not a problem (a compile under way)."""
+        self.warn(message)
+
     def train(self, record: dict[str, Any]) -> None: ...
     def eval(self, record: dict[str, Any]) -> None: ...
     def step(self, step: int) -> None: ...
@@ -30,21 +34,20 @@ def empty_window() -> dict[str, float]:
     return dict.fromkeys(WINDOW_KEYS, 0.0)
 
 
-def add_to_window(window: dict[str, float], loss: float, grad_norm: float, samples: int, seconds: float,
-                  skipped: bool) -> None:
-    """Adds one optimizer step to the running sums of the next train record.
-
-    A step that fp16's GradScaler skipped (its gradients overflowed) has an inf/nan norm that says
-    nothing about training: it is counted in "skipped" and left out of the grad_norm average."""
-    window["loss"] += loss
+def add_step(window: dict[str, float], samples: int, seconds: float) -> None:
+    """Counts one optimizer step of the next train record: its examples and its time."""
     window["steps"] += 1
     window["samples"] += samples
     window["seconds"] += seconds
-    if skipped:
-        window["skipped"] += 1
-    else:
-        window["grad_norm"] += grad_norm
-        window["stepped"] += 1
+
+
+def add_sums(window: dict[str, float], sums: dict[str, float]) -> None:
+    """Adds the steps' loss and gradient-norm sums, read off the device now and then (train.Pending).
+
+    A step that fp16's GradScaler skipped (its gradients overflowed) has an inf/nan norm that says
+    nothing about training: it is counted in "skipped" and left out of "grad_norm" and "stepped"."""
+    for key in ("loss", "grad_norm", "stepped", "skipped"):
+        window[key] += sums[key]
 
 
 def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, float | int | None]:

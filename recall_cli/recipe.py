@@ -493,7 +493,10 @@ def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:
             return "try " + ", or ".join(ways)
         # Neither alone fits: t0 at a tenth of the run (the recipe's is past half) and the k it then needs.
         t0_new = 0.1 if fraction else max(1, total_steps // 10)
-        k_new = round_up(4 / (half - (t0_new * total_steps if fraction else t0_new)))
+        room = half - (t0_new * total_steps if fraction else t0_new)
+        if room <= 0:  # a run of a step or two: no sigmoid fits
+            return "a run this short has no room for a recall phase: train more steps"
+        k_new = round_up(4 / room)
         return f"try optimizer.anneal_t0={t0_new:g} with optimizer.anneal_k={k_new:g} or more"
 
     if t0 + 4 / o.anneal_k > total_steps / 2:

@@ -159,6 +159,10 @@ class Summary:
     samples_per_s: float | None = None
     device: str | None = None
     precision: str | None = None  # None in a 0.1 run
+    # The step's compilation (train.compile): mode (null: eager), seconds (the steps that compiled,
+    # their compute included), shapes (the padded lengths trained on), fallback (null, or why eager).
+    # None in runs made before it existed.
+    compile: dict[str, Any] | None = None
     versions: dict[str, str] | None = None
     world_size: int | None = None
     global_batch_size: int | None = None
@@ -237,6 +241,7 @@ _SUMMARY_TYPES: dict[str, str] = {
     **dict.fromkeys(("best", "final", "probe"), "record"),
     "versions": "versions",
     "final_distance_by_rank": "numbers",
+    "compile": "object",
 }
 
 
@@ -279,6 +284,8 @@ def _summary_type_problem(key: str, value: Any) -> str | None:
             return f"is {_json_type(value)}, not an object"
         bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
         return None if bad is None else f"has '{bad}' {_json_type(value[bad])}, not text"
+    if kind == "object" and not isinstance(value, dict):
+        return f"is {_json_type(value)}, not an object"
     if kind == "record":
         if not isinstance(value, dict):
             return f"is {_json_type(value)}, not an object"

@@ -55,19 +55,30 @@ def cpu_has_native_bf16() -> bool:
 
 
 def cpu_auto_precision() -> tuple[str, str]:
-    """`auto` on a CPU: fp32, and why.
+    """`auto` on a CPU: bf16 where the CPU computes it natively, else fp32; and why.
 
-    bf16 autocast is 1.6-1.8x faster on a CPU with AVX512-BF16 (measured on one such EPYC), and 7x
-    slower where it is emulated (this project's AVX2 EPYC); whether it keeps the quick start's
-    accuracy is not measured yet (benchmarks/bf16_cpu.py accuracy; benchmarks/gpu_check.py measures
-    bf16 against fp32 on a GPU). Until it is, auto stays fp32 and says what the CPU could do."""
+    Measured (../shared/FINDINGS.md, benchmarks/bf16_cpu.py): on an EPYC with AVX512-BF16 a MiniLM
+    step under bf16 autocast takes 0.43x the fp32 time, and the quick start's dev accuracy in bf16
+    is within the fp32 spread over seeds; where bf16 is emulated (AVX2 only) autocast is ~7x slower."""
     if cpu_has_native_bf16():
-        return "fp32", "auto: fp32 on CPU; this CPU has native bf16, train.precision=bf16 may train faster"
+        return "bf16", "auto: this CPU has native bf16, ~2x faster than fp32 at equal accuracy"
     return "fp32", "auto: fp32 on CPU; no native bf16 here, bf16 would be slower"
 
 
-def choose_precision(name: str, device: torch.device, recorded: str | None = None) -> tuple[str, str]:
-    """The precision a run computes in, and why (the start line says both).
+def cuda_auto_precision(compiled: bool) -> tuple[str, str]:
+    """`auto` on a GPU. Compiled (CUDA graphs): bf16, where the casts cost no launches. Eager: fp32,
+    measured 2.6x faster than bf16 on the MiniLM quick start on an H100, where autocast's extra
+    kernel launches cost more than its faster matmuls save (benchmarks/gpu_check.py measures it)."""
+    if compiled:
+        if torch.cuda.is_bf16_supported():
+            return "bf16", "auto: bf16 for the compiled step on this GPU"
+        return "fp16", "auto: fp16 for the compiled step (this GPU lacks bf16)"
+    return "fp32", "auto: fp32 for an eager GPU step, launch-bound at BERT sizes (README \"Speed\")"
+
+
+def choose_precision(name: str, device: torch.device, recorded: str | None = None, *, compiled: bool = False) -> tuple[str, str]:
+    """The precision a run computes in, and why (the start line says both). ``compiled``: whether
+    the training step runs under torch.compile (train.compile), which changes what is fastest on CUDA.
 
     `recorded` is the precision a resumed run started with: `auto` keeps it, so that a run resumes
     exactly whatever this machine or a later version of recall would pick today."""
@@ -77,9 +88,7 @@ def choose_precision(name: str, device: torch.device, recorded: str | None = Non
         return recorded, "auto, as the run started"
     if name == "auto":
         if device.type == "cuda":
-            if torch.cuda.is_bf16_supported():
-                return "bf16", "auto: the GPU supports bf16"
-            return "fp16", "auto: the GPU lacks bf16"
+            return cuda_auto_precision(compiled)
         return cpu_auto_precision()
     if name == "fp16" and device.type != "cuda":
         raise DeviceError("train.precision=fp16 needs a CUDA device (on CPU use fp32 or bf16)")

@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from . import __version__, card, checkpoint, data, rundir, trackers
+from . import __version__, card, checkpoint, compiled, data, rundir, trackers
 from .distributed import Distributed, SigtermFlag, shard
-from .errors import Preempted, TrainingDiverged
+from .errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from .evaluate import score
 from .names import OPTIMIZERS
 from .optim import distance_to_anchor
 from .probes.runner import record_at
-from .progress import Reporter, add_to_window, empty_window, train_record
+from .progress import Reporter, add_step, add_sums, empty_window, train_record
 from .recipe import Recipe
 from .runtime import autocast_for
 from .schedule import linear_warmup_decay
@@ -69,21 +69,24 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         # last batch splits unevenly; a rank with no example runs one at weight 0 so that every rank
         # takes part in the all-reduce.
         share = len(mine) * ctx.world_size / len(indices)
-        batch = data.collate(t.task.train, mine or indices[:1], t.pad_id)
+        task = t.recipe.task
+        batch = data.collate(t.task.train, mine or indices[:1], t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
         out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share))
         samples += len(indices)
     return out, samples
 
 
 def train_step(t: Training, batches: list[MicroBatch]) -> torch.Tensor:
-    """Forward and scaled backward over the micro-batches; returns their summed loss as a tensor on
-    the device, never read on the host here (the caller decides when to pay for that)."""
+    """Forward (compiled or eager: ``t.forward``) and scaled backward over the micro-batches; returns
+    their summed loss as a tensor on the device, never read on the host here (the loop reads it at
+    its next log, eval or save: :class:`Pending`)."""
     accum = len(batches)
     loss_sum = torch.zeros((), device=t.device)
     for micro, (batch, share) in enumerate(batches):
+        compiled.mark_step(t.device)
         with t.ctx.no_sync(t.ddp_model, skip=micro < accum - 1):
             with t.autocast:
-                loss = t.ddp_model(**batch).loss
+                loss = t.forward(**batch).loss
                 if share != 1.0:
                     loss = loss * share
                 loss = loss / accum
@@ -110,6 +113,62 @@ def set_lr(t: Training, step: int) -> float:
     return lr
 
 
+# ---- what the loop reads only now and then ------------------------------------------------------
+
+
+class Pending:
+    """The steps' losses and gradient norms since the loop last read them, summed on the device.
+
+    Reading a number off a GPU waits for every kernel queued before it; reading the loss at every step
+    would keep the device idle between steps. The loop reads these at its next log, evaluation, probe
+    or save (:meth:`read`), where it waits anyway. The first step whose loss was not finite is kept,
+    so that divergence is reported at its own step, and found before any checkpoint could save it.
+    Sums are float64: the same numbers whether a resumed run reads them at other steps or not."""
+
+    def __init__(self, device: torch.device, scaler_enabled: bool):
+        self.device, self.scaler_enabled = device, scaler_enabled
+        self.reset()
+
+    def reset(self) -> None:
+        zero = lambda: torch.zeros((), dtype=torch.float64, device=self.device)  # noqa: E731
+        self.loss, self.norm, self.stepped, self.skipped, self.bad_loss = (zero() for _ in range(5))
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
+
+    def add(self, step: int, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        loss = loss_sum.detach().double()
+        self.loss += loss
+        first = ~torch.isfinite(loss) & (self.first_bad < 0)
+        self.first_bad = torch.where(first, step, self.first_bad)
+        self.bad_loss = torch.where(first, loss, self.bad_loss)
+        norm = grad_norm.detach().double()
+        if self.scaler_enabled:  # a non-finite norm: the GradScaler skipped this update
+            finite = torch.isfinite(norm)
+            self.norm += torch.where(finite, norm, 0.0)
+            self.stepped += finite
+            self.skipped += ~finite
+        else:
+            self.norm += norm
+            self.stepped += 1
+
+    def read(self, ctx) -> tuple[dict[str, float], tuple[int, float] | None]:
+        """(the sums, for the window; (first non-finite step, its loss) or None), one host read; under
+        DDP the loss is summed over ranks (each rank's is weighted by its share x world_size)."""
+        loss = self.loss
+        bad_any = (self.first_bad >= 0).double()
+        if ctx.enabled:
+            packed = torch.stack([loss, bad_any])
+            ctx.all_reduce_sum(packed)
+            loss, bad_any = packed[0] / ctx.world_size, packed[1]
+        values = torch.stack([loss, self.norm, self.stepped, self.skipped, bad_any]).tolist()
+        bad = None
+        if values[4] > 0:
+            mine = (int(self.first_bad), float(self.bad_loss)) if int(self.first_bad) >= 0 else None
+            found = [b for b in ctx.all_gather_object(mine) if b is not None]
+            bad = min(found)
+        self.reset()
+        return dict(zip(("loss", "grad_norm", "stepped", "skipped"), values[:4])), bad
+
+
 # ---- the loop ------------------------------------------------------------------------------------
 
 
@@ -119,15 +178,34 @@ class _Loop:
     def __init__(self, t: Training, reporter: Reporter, new_dir: rundir.NewRunDir):
         self.t, self.reporter, self.new_dir = t, reporter, new_dir
         self.writer = rundir.MetricsWriter(t.run_dir, enabled=t.ctx.is_main)
-        # Rank 0 alone reports to trackers, as it alone writes metrics.jsonl.
-        self.trackers = (trackers.open_run(t.recipe, t.run_dir, resumed=t.resumed, start_step=t.state.step)
-                         if t.ctx.is_main else trackers.Trackers())
+        self.trackers = self.open_trackers()
+        self.pending = Pending(t.device, t.scaler.is_enabled())
+        self.shapes = compiled.ShapeLog(t.compile_record)
         self.replicas_differ = False
         # The latest eval and probe records, for the checkpoints' model cards (a resumed run's from
         # metrics.jsonl, already cut back to the resumed step).
         earlier = rundir.read_metrics(t.run_dir) if t.resumed and t.ctx.is_main else []
         self.last_eval = next((r for r in reversed(earlier) if r["split"] == "eval"), None)
         self.last_probe = next((r for r in reversed(earlier) if r["split"] == "probe"), None)
+
+    def open_trackers(self) -> trackers.Trackers:
+        """Rank 0 alone reports to trackers, as it alone writes metrics.jsonl. A tracker that cannot
+        start stops every rank (one agreement), instead of leaving the others in their first all-reduce."""
+        t = self.t
+        if not t.ctx.enabled:
+            return trackers.open_run(t.recipe, t.run_dir, resumed=t.resumed, start_step=t.state.step, warn=self.reporter.warn)
+        opened, failure = trackers.Trackers(), None
+        if t.ctx.is_main:
+            try:
+                opened = trackers.open_run(t.recipe, t.run_dir, resumed=t.resumed, start_step=t.state.step,
+                                           warn=self.reporter.warn)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the other ranks know
+                failure = exc
+        if t.ctx.any_rank(failure is not None):
+            if failure is not None:
+                raise failure
+            raise TrackerError("rank 0 could not start the run's trackers (its error says why)")
+        return opened
 
     def run(self) -> None:
         t, state = self.t, self.t.state
@@ -139,40 +217,93 @@ class _Loop:
                 started = time.perf_counter()
                 lr = set_lr(t, step)
                 batches, samples = micro_batches(t)
-                loss_sum = train_step(t, batches)
-                # One sync per step (the price of stopping at the exact step), which also makes every
-                # rank agree on the global loss and on whether a SIGTERM arrived anywhere.
-                loss_value, stop = t.ctx.step_consensus(loss_sum, sigterm.requested)
-                if not math.isfinite(loss_value):
-                    raise TrainingDiverged(step, loss_value)
+                loss_sum = self.forward_backward(batches)
+                # Every rank stops at the same step: under DDP one small collective per step (1 process: none).
+                stop = t.ctx.any_rank(sigterm.requested)
                 grad_norm = optimizer_step(t)
+                self.pending.add(step, loss_sum, grad_norm)
                 state.step, state.samples = step, state.samples + samples
                 self.new_dir.commit()  # the new run exists for good: an old one it replaces is deleted now
                 elapsed = time.perf_counter() - started
                 state.train_seconds += elapsed
-                self.after_step(step, lr, loss_value, float(grad_norm), samples, elapsed, stop)
+                self.after_step(step, lr, samples, elapsed, stop)
                 if stop and step < t.total_steps:
                     raise Preempted(step, t.run_dir)
 
-    def after_step(self, step: int, lr: float, loss: float, norm: float, samples: int, elapsed: float, stop: bool) -> None:
+    def forward_backward(self, batches: list[MicroBatch]) -> torch.Tensor:
+        """train_step, through the compiled forward where there is one: a new padded length compiles
+        first (shown, timed); a compile that fails falls back to the eager step under `auto`."""
+        t = self.t
+        lengths = [batch["input_ids"].shape[1] for batch, _ in batches]
+        new = self.shapes.new(lengths)
+        if t.forward is t.ddp_model or not new:
+            if new:
+                self.shapes.add(lengths, 0.0)  # eager: the lengths alone, for the record
+            return train_step(t, batches)
+        self.reporter.note(f"compiling the step for length {', '.join(map(str, new))} "
+                           f"(of up to {len(t.bucket_lengths)}: {', '.join(map(str, t.bucket_lengths))})…")
+        started = time.perf_counter()
+        try:
+            problem = self.check_first_compiled_step(batches[0][0]) if t.check_compiled else None
+            if problem is None:
+                loss_sum = train_step(t, batches)
+                float(loss_sum)  # waits for the compile and the step: its time is the compile's
+        except Exception as exc:  # noqa: BLE001 - any failure to compile falls back (or stops, under `on`)
+            problem = compiled.one_line(exc)
+        if problem is not None:
+            if t.recipe.train.compile == "on":
+                raise CompileError(f"train.compile=on, but the compiled step failed: {problem} (set train.compile=off)")
+            self.fall_back(problem)
+            return train_step(t, batches)
+        self.shapes.add(lengths, time.perf_counter() - started)
+        return loss_sum
+
+    def check_first_compiled_step(self, batch: dict[str, torch.Tensor]) -> str | None:
+        t = self.t
+        t.check_compiled = False
+        return compiled.loss_matches_eager(t.model, t.forward, batch, t.autocast, t.precision)
+
+    def fall_back(self, problem: str) -> None:
+        t = self.t
+        t.optimizer.zero_grad(set_to_none=True)  # whatever a failed backward left
+        t.forward = t.ddp_model
+        t.compile_record.mode, t.compile_record.fallback = None, problem
+        self.reporter.warn(f"train.compile: running the step eagerly: {problem}")
+
+    def after_step(self, step: int, lr: float, samples: int, elapsed: float, stop: bool) -> None:
         t, tc = self.t, self.t.recipe.train
-        # With the scaler on, a non-finite norm means scaler.step skipped this update.
-        skipped = t.scaler.is_enabled() and not math.isfinite(norm)
-        add_to_window(t.state.window, loss, norm, samples, elapsed, skipped)
+        add_step(t.state.window, samples, elapsed)
         last = step == t.total_steps
-        if step % tc.log_every == 0 or last:
-            self.log_train(step, lr)
+        log_now = step % tc.log_every == 0 or last
         evaluate_now = bool(tc.eval_every and step % tc.eval_every == 0) or last
-        improved = self.evaluate(step) if evaluate_now else False
         every = t.recipe.probe.every
-        if t.prober is not None and ((evaluate_now and not every) or (every and step % every == 0) or last):
+        # Known alike on every rank (rank 0 alone probes, but every rank reads the pending sums with it).
+        probe_now = t.recipe.probe.enabled and ((evaluate_now and not every) or bool(every and step % every == 0) or last)
+        save_now = bool(tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now) or stop or last
+        if log_now or evaluate_now or probe_now or save_now:
+            self.read_pending()  # raises TrainingDiverged before anything after a bad step is saved
+        if log_now:
+            self.log_train(step, lr)
+        improved = self.evaluate(step) if evaluate_now else False
+        if t.prober is not None and probe_now:
             self.probe(step)
         if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
             checkpoint.save_checkpoint(t.run_dir, "best", t.model, t.tokenizer, card=self.card("best", step))
-        save_now = (tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now)
-        if save_now or stop or last:
+        if save_now:
             self.save_last(step)
         self.reporter.step(step)
+
+    def read_pending(self) -> None:
+        """Adds the device's sums to the window (waiting for the queued steps: training time)."""
+        t = self.t
+        started = time.perf_counter()
+        sums, bad = self.pending.read(t.ctx)
+        waited = time.perf_counter() - started
+        t.state.window["seconds"] += waited
+        t.state.train_seconds += waited
+        if bad is not None:
+            raise TrainingDiverged(*bad)
+        add_sums(t.state.window, sums)
 
     def log_train(self, step: int, lr: float) -> None:
         t = self.t
@@ -226,6 +357,7 @@ class _Loop:
 
     def save_last(self, step: int) -> None:
         t = self.t
+        t.state.compile_shapes, t.state.compile_seconds = t.compile_record.shapes, t.compile_record.seconds
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.is_main:
             folder = checkpoint.save_checkpoint(t.run_dir, "last", t.model, t.tokenizer, t.state.__dict__,
@@ -267,7 +399,11 @@ def start_info(t: Training) -> dict[str, Any]:
     shown = t.precision if t.precision_reason == "set in the recipe" else f"{t.precision} ({t.precision_reason})"
     floor = t.recipe.optimizer.recall_floor  # the schedule's other half: the penalty never fades below it
     anchored = OPTIMIZERS[t.recipe.optimizer.name].anchored  # adamw has no schedule to show
-    info = {"device": str(t.device), "precision": shown, "train_examples": len(t.task.train),
+    record = t.compile_record
+    step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
+    info = {"device": str(t.device), "precision": shown,
+            "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
+            "train_examples": len(t.task.train),
             **({"anneal_t0": t.recipe.anneal_t0_steps(t.total_steps)} if anchored else {}),
             **({"recall_floor": floor} if floor > 0 else {}), "run_dir": str(t.run_dir)}
     if t.ctx.enabled:
@@ -292,7 +428,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         best=without_split(best) if best else None, final=without_split(evals[-1]) if evals else None,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
-        device=str(t.device), precision=t.precision,
+        device=str(t.device), precision=t.precision, compile=t.compile_record.to_dict(),
         versions={"recall": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,

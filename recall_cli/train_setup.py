@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, data, preflight, rundir, trackers
+from . import checkpoint, compiled, data, preflight, rundir, trackers
 from .distributed import Distributed
 from .names import OPTIMIZERS
 from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
@@ -87,6 +87,8 @@ class TrainerState:
     samples: int = 0
     world_size: int = 1  # a run resumes only with the number of processes it was trained with
     precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
+    compile_shapes: list[int] = field(default_factory=list)  # summary.json's compile.shapes and .seconds
+    compile_seconds: float = 0.0  # so far, over every process of the run
     # Running sums since the last train record (progress.WINDOW_KEYS).
     window: dict[str, float] = field(default_factory=empty_window)
 
@@ -132,6 +134,8 @@ class Prepared:
     device: torch.device
     precision: str
     precision_reason: str  # "set in the recipe", or why `auto` chose it
+    compile_mode: str | None  # torch.compile's mode, None: eager
+    compile_reason: str  # why (the start line and summary.json say it)
     saved: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None  # (trainer, optimizer, rng) of last/
     tokenizer: Any
     task: TaskData
@@ -152,7 +156,9 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
     recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
-    precision, why = choose_precision(tc.precision, device, recorded)
+    compile_mode, compile_reason = compiled.decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
+                                                   world_size=ctx.world_size)
+    precision, why = choose_precision(tc.precision, device, recorded, compiled=compile_mode is not None)
     if not resume:
         rundir.check_new_run_dir(run_dir, overwrite)
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
@@ -177,7 +183,8 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
         built = build_model(recipe.model, task.spec.num_labels, tc.seed, task.spec.label_names)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
-    return Prepared(recipe, ctx, device, precision, why, saved, tokenizer, task, total_steps, built)
+    return Prepared(recipe, ctx, device, precision, why, compile_mode, compile_reason, saved, tokenizer, task,
+                    total_steps, built)
 
 
 # ---- stage 2: the run ----------------------------------------------------------------------------
@@ -198,6 +205,10 @@ class Training:
     total_steps: int
     model: torch.nn.Module  # saved, evaluated and probed
     ddp_model: torch.nn.Module  # what the step runs forward through (the model itself in one process)
+    forward: Any  # ddp_model, or ddp_model under torch.compile (train.compile)
+    compile_record: compiled.CompileRecord  # summary.json's "compile"
+    check_compiled: bool  # check the first compiled step against the eager loss (auto on CUDA)
+    bucket_lengths: list[int]  # the padded lengths the training rows can make (what may compile)
     optimizer: RecAdam
     scaler: torch.amp.GradScaler
     autocast: AbstractContextManager
@@ -235,11 +246,19 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
     state = _restore_or_start(p, optimizer, scaler, anchors, new_dir, resume, overwrite)
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
+    forward = compiled.compile_model(ddp_model, device, p.compile_mode) if p.compile_mode else ddp_model
+    task_cfg = recipe.task
+    buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
+                      for ids in p.task.train.input_ids})
     ctx.barrier()  # the run directory is ready before anyone goes on
     return Training(
         recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
         precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps,
-        model=model, ddp_model=ddp_model, optimizer=optimizer, scaler=scaler,
+        model=model, ddp_model=ddp_model, forward=forward,
+        compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
+                                              shapes=list(state.compile_shapes)),
+        check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
+        and p.saved is None, bucket_lengths=buckets, optimizer=optimizer, scaler=scaler,
         autocast=autocast_for(p.precision, device), params=[q for q in model.parameters() if q.requires_grad],
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),

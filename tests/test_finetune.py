@@ -165,8 +165,10 @@ def test_model_not_found_offline_is_one_clear_line(tmp_path):
     recipe = tiny_recipe(Path("no-such-org/no-such-model"), tmp_path / "out")
     result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
     assert result.exit_code == 2
-    assert "model 'no-such-org/no-such-model' is not a local folder" in result.output
-    assert "model.name_or_path" in result.output and "Traceback" not in result.output
+    # One line naming what the caches lack and the two ways out (model.check_hub, before anything loads).
+    assert len(result.output.strip().splitlines()) == 1
+    assert "model.name_or_path=no-such-org/no-such-model is not in the local cache" in result.output
+    assert "hf download no-such-org/no-such-model" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
 
 

@@ -1,0 +1,151 @@
+"""The compiled training step (train.compile): whether to compile, how, and what the run records.
+
+The loop's step is one forward (with its loss), a backward and an eager optimizer step. Compiling the
+model's forward lets torch.compile (through AOTAutograd) compile the backward as well; on CUDA, the
+"reduce-overhead" mode replays both as CUDA graphs, so that a step costs a few launches instead of
+hundreds. A CUDA graph is recorded per input shape: with dynamic padding every batch length is a new
+graph, so compiling pays only with length buckets (task.pad_to_multiple_of).
+
+What `auto` does, and why (measurements in README "Speed", benchmarks/compile_step.py):
+- CPU: eager. On a CPU with native bf16, eager bf16 beats a compiled step, and where it is emulated
+  a compiled fp32 step is at most ~1.2x eager while its first compile takes minutes.
+- CUDA with length buckets: compiled with CUDA graphs (one process) or without them (under DDP, whose
+  gradient hooks and bucketed all-reduce do not replay inside a graph); its first step is checked
+  against the eager model's loss on the same batch before it is trusted.
+- CUDA with dynamic padding: eager, saying how to compile.
+Where compiling cannot work (no C++ compiler on a CPU, no Triton on a GPU, an old torch, a failed
+compile), `auto` trains eagerly and says why in one line; `on` stops with exit 2 and that line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .errors import CompileError
+
+# torch.compile's mode per device; under DDP CUDA graphs are left out (see the module's docstring).
+MODE_FOR = {"cuda": "reduce-overhead", "cpu": "default"}
+DDP_MODE = "default"
+MIN_TORCH = (2, 4)  # torch.compile of a BERT forward + backward with dynamic=False works from here
+
+# How far the compiled loss may be from the eager one on the same batch: fused kernels and another
+# summation order move fp32 by ~1e-6 relative; bf16 rounds each matmul to 8 bits of mantissa.
+LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 3e-2, "fp16": 1e-2}
+
+
+@dataclass
+class CompileRecord:
+    """summary.json's "compile" object."""
+
+    mode: str | None = None  # torch.compile's mode; None: the step ran eagerly
+    seconds: float = 0.0  # the steps that compiled a new shape, their compute included
+    shapes: list[int] = field(default_factory=list)  # the padded lengths trained on (by this process)
+    fallback: str | None = None  # why the step ran eagerly after compiling was tried
+    reason: str = ""  # why this mode: "off in the recipe", or what `auto` weighed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def cannot_compile(device: torch.device) -> str | None:
+    """Why torch.compile cannot work here, or None."""
+    if _torch_version() < MIN_TORCH:
+        return f"torch {torch.__version__} is older than {'.'.join(map(str, MIN_TORCH))}, which the compiled step needs"
+    if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
+        return f"torch.compile is not supported on this Python/platform (torch {torch.__version__})"
+    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+        return "Triton is not installed (torch.compile's GPU code generator; it comes with CUDA builds of torch)"
+    if device.type == "cpu":
+        compilers = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+        if not any(c and shutil.which(c) for c in compilers):
+            return "no C++ compiler found (torch.compile builds CPU kernels with one: install g++ or set CXX)"
+    return None
+
+
+def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None, world_size: int) -> tuple[str | None, str]:
+    """(torch.compile mode or None for eager, why): what the start line shows and summary.json keeps."""
+    if setting == "off":
+        return None, "off in the recipe"
+    problem = cannot_compile(device)
+    mode = DDP_MODE if world_size > 1 and device.type == "cuda" else MODE_FOR.get(device.type, "default")
+    if setting == "on":
+        if problem is not None:
+            raise CompileError(f"train.compile=on, but {problem} (or set train.compile=off)")
+        return mode, "on in the recipe"
+    if device.type != "cuda":
+        return None, "auto: eager on CPU, where compiling was measured no faster once its compile is paid (README \"Speed\")"
+    if problem is not None:
+        return None, f"auto: eager, {problem}"
+    if pad_to_multiple_of is None:
+        return None, ("auto: eager, dynamic padding would record a CUDA graph per batch length "
+                      "(set task.pad_to_multiple_of=32 to compile)")
+    return mode, "auto: compiled on CUDA" + (" (no CUDA graphs under DDP)" if mode == DDP_MODE else " with CUDA graphs")
+
+
+def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None) -> Callable[..., Any]:
+    """The model's forward under torch.compile (lazily: nothing compiles until the first call).
+    dynamic=False: one specialised graph per padded shape, as CUDA graphs need anyway."""
+    return torch.compile(model, mode=mode or MODE_FOR.get(device.type, "default"), dynamic=False)
+
+
+def mark_step(device: torch.device) -> None:
+    """Tells CUDA graph trees that a new iteration begins, so that the previous step's graph outputs
+    may be overwritten (they are read only after being copied into the loss sum)."""
+    if device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line for the start line or the summary (torch's messages run to pages)."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first[:200]}"
+
+
+@torch.no_grad()
+def loss_matches_eager(model: torch.nn.Module, compiled: Callable[..., Any], batch: dict[str, torch.Tensor],
+                       autocast, precision: str) -> str | None:
+    """None when the compiled forward's loss on ``batch`` is the eager model's within the precision's
+    tolerance, else why not. Both run in eval mode (dropout off), so that they compute the same thing;
+    the training graph compiles separately."""
+    was_training = model.training
+    model.eval()
+    try:
+        with autocast:
+            eager = model(**batch).loss.float().item()
+            mine = compiled(**batch).loss.float().item()
+    finally:
+        model.train(was_training)
+    tolerance = LOSS_TOLERANCE.get(precision, 1e-3)
+    if not (math.isfinite(mine) and abs(mine - eager) <= tolerance * max(1.0, abs(eager))):
+        return f"the compiled step's loss {mine:.6g} differs from the eager step's {eager:.6g} on the same batch"
+    return None
+
+
+class ShapeLog:
+    """The padded lengths the step has trained on (kept across a resume in the trainer state), which
+    of them this process has compiled, and the time of the steps that compiled one."""
+
+    def __init__(self, record: CompileRecord):
+        self.record = record
+        self._here: set[int] = set()  # a resumed process compiles again: its own lengths decide
+
+    def new(self, lengths: list[int]) -> list[int]:
+        return sorted({n for n in lengths if n not in self._here})
+
+    def add(self, lengths: list[int], seconds: float) -> None:
+        self._here.update(lengths)
+        self.record.shapes = sorted(self._here | set(self.record.shapes))
+        self.record.seconds += seconds

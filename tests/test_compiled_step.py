@@ -1,0 +1,241 @@
+"""The compiled step on CPU (train.compile, recall_cli/compiled.py) and its length buckets
+(task.pad_to_multiple_of): the shapes it sees, what it records, the same training as the eager step,
+resume, and the fallback. The CUDA-graph path is in test_cuda.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from recall_cli import compiled, train
+from recall_cli.cli import app
+from recall_cli.data import collate, padded_length, tokenize, load_split
+from recall_cli.errors import CompileError
+from recall_cli.recipe import load_recipe
+from recall_cli.rundir import read_metrics
+from recall_cli.testing import tiny_bert_dir
+
+from conftest import GLUE, tiny_recipe, write_recipe
+
+runner = CliRunner()
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def still_model(tmp_path_factory):
+    """The tiny BERT without dropout: a compiled and an eager step then compute the same function,
+    so that their runs can be compared number for number."""
+    return tiny_bert_dir(tmp_path_factory.mktemp("still"), seed=1234, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+
+
+def sst2_recipe(model_dir, out, **sections):
+    """SST-2's short sentences: batches of several padded lengths (16, 32, 48 with buckets of 16)."""
+    task = {"name": "sst2", "data_dir": str(GLUE / "SST-2"), "max_seq_length": 48, "max_train_examples": 92,
+            "pad_to_multiple_of": 16, **sections.pop("task", {})}
+    return tiny_recipe(model_dir, out, task=task, probe={"enabled": False}, **sections)
+
+
+# ---- buckets ---------------------------------------------------------------------------------------
+
+
+def test_padded_length_rounds_up_to_the_bucket_and_never_past_the_maximum():
+    assert [padded_length(n, None) for n in (1, 17, 48)] == [1, 17, 48]
+    assert [padded_length(n, 16, 48) for n in (1, 16, 17, 33, 48)] == [16, 16, 32, 48, 48]
+    assert padded_length(45, 32, 48) == 48  # a maximum that is no multiple caps the last bucket
+
+
+def test_a_bucketed_batch_holds_the_same_tokens_with_more_padding(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    features = tokenize(load_split(load_recipe_task(), "train", 40), tokenizer, 48)
+    indices = list(range(8))
+    dynamic = collate(features, indices, tokenizer.pad_token_id)
+    bucketed = collate(features, indices, tokenizer.pad_token_id, pad_to_multiple_of=16, max_length=48)
+    width = dynamic["input_ids"].shape[1]
+    assert bucketed["input_ids"].shape[1] == padded_length(width, 16, 48) > width or width % 16 == 0
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        if key in dynamic:
+            assert torch.equal(bucketed[key][:, :width], dynamic[key])
+            assert not bucketed[key][:, width:].any() or key == "input_ids"
+    assert (bucketed["input_ids"][:, width:] == tokenizer.pad_token_id).all()
+    assert torch.equal(bucketed["labels"], dynamic["labels"])
+
+
+def load_recipe_task():
+    from recall_cli.recipe import TaskConfig
+
+    return TaskConfig(name="sst2", data_dir=str(GLUE / "SST-2"))
+
+
+# ---- the decision -----------------------------------------------------------------------------------
+
+
+def test_auto_stays_eager_on_cpu_and_says_why_off_and_on_are_the_recipes():
+    mode, why = compiled.decide("auto", CPU, pad_to_multiple_of=32, world_size=1)
+    assert mode is None and "eager on CPU" in why
+    assert compiled.decide("off", CPU, pad_to_multiple_of=32, world_size=1) == (None, "off in the recipe")
+    assert compiled.decide("on", CPU, pad_to_multiple_of=None, world_size=1) == ("default", "on in the recipe")
+
+
+def test_auto_on_cuda_compiles_only_with_buckets_and_without_cuda_graphs_under_ddp(monkeypatch):
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: None)
+    cuda = torch.device("cuda")
+    assert compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=1)[0] == "reduce-overhead"
+    assert compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=2)[0] == "default"
+    mode, why = compiled.decide("auto", cuda, pad_to_multiple_of=None, world_size=1)
+    assert mode is None and "task.pad_to_multiple_of=32" in why
+
+
+def test_where_it_cannot_compile_auto_says_why_and_on_stops_with_exit_2(monkeypatch):
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: "no C++ compiler found (install g++ or set CXX)")
+    monkeypatch.setattr(compiled, "MODE_FOR", {"cpu": "default", "cuda": "reduce-overhead"})
+    mode, why = compiled.decide("auto", torch.device("cuda"), pad_to_multiple_of=32, world_size=1)
+    assert mode is None and why == "auto: eager, no C++ compiler found (install g++ or set CXX)"
+    with pytest.raises(CompileError, match="train.compile=on, but no C\\+\\+ compiler found") as caught:
+        compiled.decide("on", CPU, pad_to_multiple_of=32, world_size=1)
+    assert caught.value.exit_code == 2
+
+
+def test_no_compiler_on_path_is_named(monkeypatch):
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    assert "no C++ compiler" in compiled.cannot_compile(CPU)
+
+
+def test_the_eager_check_passes_a_faithful_forward_and_names_a_wrong_one(still_model):
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(still_model, num_labels=2).train()
+    batch = {"input_ids": torch.randint(1000, 2000, (4, 16)), "attention_mask": torch.ones(4, 16, dtype=torch.long),
+             "labels": torch.tensor([0, 1, 0, 1])}
+    assert compiled.loss_matches_eager(model, model, batch, torch.autocast("cpu", enabled=False), "fp32") is None
+
+    class Wrong(torch.nn.Module):
+        def forward(self, **inputs):
+            out = model(**inputs)
+            out.loss = out.loss + 1.0
+            return out
+
+    problem = compiled.loss_matches_eager(model, Wrong(), batch, torch.autocast("cpu", enabled=False), "fp32")
+    assert problem is not None and "differs from the eager step's" in problem
+    assert model.training  # the check leaves the model as it found it
+
+
+# ---- runs -----------------------------------------------------------------------------------------------
+
+
+def test_a_compiled_run_trains_as_the_eager_one_and_records_its_compile(still_model, tmp_path):
+    """One compiled and one eager run of the same recipe (buckets of 16, a partial last batch, two
+    micro-batches per step): the same losses, weights and dev scores within fp32 reordering, and a
+    compile record naming the mode, the lengths and the seconds."""
+    runs = {}
+    for mode in ("on", "off"):
+        recipe = write_recipe(tmp_path / f"{mode}.yaml", sst2_recipe(still_model, tmp_path / mode,
+                              train={"compile": mode, "grad_accum": 2, "max_steps": 8, "log_every": 1, "eval_every": 4}))
+        result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+        assert result.exit_code == 0, result.output
+        runs[mode] = tmp_path / mode
+    on, off = (json.loads((runs[m] / "summary.json").read_text()) for m in ("on", "off"))
+    assert on["compile"]["mode"] == "default" and on["compile"]["fallback"] is None
+    assert on["compile"]["reason"] == "on in the recipe" and on["compile"]["seconds"] > 0
+    assert off["compile"] == {"mode": None, "seconds": 0.0, "shapes": off["compile"]["shapes"], "fallback": None,
+                              "reason": "off in the recipe"}
+    # The lengths trained on are buckets, the same in both runs, and more than one.
+    assert on["compile"]["shapes"] == off["compile"]["shapes"]
+    assert len(on["compile"]["shapes"]) >= 2 and all(n % 16 == 0 and n <= 48 for n in on["compile"]["shapes"])
+    a, b = read_metrics(runs["on"]), read_metrics(runs["off"])
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b):
+        for key in ("loss", "distance", "main", "lambda"):
+            if key in x:
+                assert math.isclose(x[key], y[key], rel_tol=1e-4, abs_tol=1e-6), (x, y)
+    wa, wb = (load_file(str(runs[m] / "last" / "model.safetensors")) for m in ("on", "off"))
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-4
+
+
+def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_one(still_model, tmp_path, monkeypatch):
+    recipe = lambda name: write_recipe(tmp_path / f"{name}.yaml", sst2_recipe(  # noqa: E731
+        still_model, tmp_path / name, train={"compile": "on", "max_steps": 8, "log_every": 2, "save_every": 4}))
+    reference, stopped = recipe("reference"), recipe("stopped")
+    assert runner.invoke(app, ["finetune", str(reference), "--plain"]).exit_code == 0
+
+    class SigtermAtStep3(train.SigtermFlag):
+        asked = 0
+
+        @property
+        def requested(self):  # read once per step: true at the third
+            SigtermAtStep3.asked += 1
+            return SigtermAtStep3.asked >= 3
+
+        @requested.setter
+        def requested(self, value):
+            pass
+
+    monkeypatch.setattr(train, "SigtermFlag", SigtermAtStep3)
+    first = runner.invoke(app, ["finetune", str(stopped), "--plain"])
+    assert first.exit_code == 143, first.output
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "stopped" / "last" / "trainer_state.json").read_text())["step"] == 3
+    again = runner.invoke(app, ["finetune", "--resume", str(tmp_path / "stopped"), "--plain"])
+    assert again.exit_code == 0, again.output
+    wa, wb = (load_file(str(tmp_path / n / "last" / "model.safetensors")) for n in ("stopped", "reference"))
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+    a, b = (json.loads((tmp_path / n / "summary.json").read_text())["compile"] for n in ("stopped", "reference"))
+    assert a["shapes"] == b["shapes"]  # the lengths of both processes of the resumed run
+
+
+def failing_compile(model, device, mode=None):
+    def forward(**inputs):
+        raise RuntimeError("BackendCompilerFailed: inductor could not build a kernel\n(pages of trace)")
+    return forward
+
+
+def test_auto_falls_back_to_the_eager_step_in_one_line_and_trains_as_eager(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiled, "decide", lambda *a, **k: ("default", "auto: chosen for this test"))
+    monkeypatch.setattr(compiled, "compile_model", failing_compile)
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "fell", train={"max_steps": 4}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "train.compile: running the step eagerly: RuntimeError: BackendCompilerFailed: inductor could not build a kernel" in result.output
+    assert "Traceback" not in result.output and "pages of trace" not in result.output
+    record = json.loads((tmp_path / "fell" / "summary.json").read_text())["compile"]
+    assert record["mode"] is None and record["fallback"].startswith("RuntimeError: BackendCompilerFailed")
+    monkeypatch.undo()
+    eager = write_recipe(tmp_path / "e.yaml", sst2_recipe(tiny_model_dir, tmp_path / "eager",
+                                                          train={"max_steps": 4, "compile": "off"}))
+    assert runner.invoke(app, ["finetune", str(eager), "--plain"]).exit_code == 0
+    wa, wb = (load_file(str(tmp_path / n / "last" / "model.safetensors")) for n in ("fell", "eager"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_on_stops_with_exit_2_and_leaves_no_run_when_the_compile_fails(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiled, "compile_model", failing_compile)
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "on", train={"compile": "on"}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 2, result.output
+    assert "train.compile=on, but the compiled step failed: RuntimeError: BackendCompilerFailed" in result.output
+    assert "(set train.compile=off)" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "on").exists()  # rolled back: the first step never committed the run
+
+
+def test_the_start_line_says_how_the_step_runs(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 2}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "step=eager (auto: eager on CPU, where compiling was measured no faster" in result.output
+    assert load_recipe(recipe).train.compile == "auto"
+
+
+def test_old_summaries_without_a_compile_record_still_read():
+    from recall_cli.rundir import Summary
+
+    assert Summary.from_dict({"task": "rte", "steps": 3}).compile is None
+    with pytest.raises(ValueError, match="'compile' is the text 'eager', not an object"):
+        Summary.from_dict({"compile": "eager"})
