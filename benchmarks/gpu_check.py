@@ -1,18 +1,23 @@
 """One command that measures every CUDA path of recall, for whoever has a GPU for ten minutes.
 
-    make gpu-check OUT=gpu_report            # sets up .venv (with the bench extra), then runs this
+    make gpu-check OUT=gpu_report            # uses the GPU's installed torch, installs the rest, runs this
+    make gpu-check OUT=gpu_report WHEELS=/path/to/wheels   # no registry: install from a folder of wheels
     python benchmarks/gpu_check.py gpu_report
 
-On a machine with one CUDA GPU it runs, each section under its own time limit (the limits add up to
-9.5 minutes), and writes gpu_report/report.md and gpu_report/report.json:
+On a machine with one CUDA GPU it runs these sections, each under its own time limit (the limits add
+up to 8.5 minutes, and a section that would start past --budget seconds is recorded as not run), and
+writes gpu_report/report.md and gpu_report/report.json:
 
 1. the CUDA-marked tests (tests/test_cuda.py): fp16 and bf16 runs that resume, the fused and foreach
-   RecAdam kernels against the single-tensor one on the GPU, the loop's GradScaler skip path;
-2. the optimizer-step benchmark on CUDA (RecAdam against AdamW fused and a per-tensor loop);
-3. the throughput benchmark against Hugging Face Trainer in bf16 (BERT-base shape, batch 32, 128 tokens);
-4. a BERT-base-shaped model on the paper's MRPC schedule (11,500 steps, batch 32, length 128):
-   `recall finetune recipes/bert_mrpc.yaml` for --mrpc-steps steps, extrapolated to 11,500;
-5. the quick start's dev accuracy in fp32 and in bf16 over three seeds (is bf16 accuracy-neutral?).
+   RecAdam kernels against the single-tensor one, the GradScaler skip path, the compiled step with
+   CUDA graphs on length buckets;
+2. compiled against eager: recall's compiled forward in a bare step (benchmarks/compile_step.py),
+   BERT-base shape, bf16, batch 32 x 128, with its compile time;
+3. throughput (BERT-base shape, bf16, batch 32 x 128): Hugging Face Trainer with and without
+   torch_compile, recall eager and compiled, and the bare eager loop, one round;
+4. the paper's MRPC schedule (11,500 steps, batch 32, length 128, BERT-base shape): compiled,
+   --mrpc-steps steps, extrapolated to 11,500;
+5. the quick start's dev accuracy, eager fp32 against compiled bf16 (length buckets of 32).
 
 A section that fails is recorded with its exit code and output tail, and the next one runs; the
 exit code is 1 if any failed. Without a GPU the tests run (and are skipped) and the GPU sections are
@@ -68,7 +73,8 @@ def mrpc_extrapolation(run_dir: Path, batch: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for report.md, report.json and the sections' logs")
-    parser.add_argument("--mrpc-steps", type=int, default=300)
+    parser.add_argument("--mrpc-steps", type=int, default=1000)
+    parser.add_argument("--budget", type=int, default=520, help="seconds: a section that would start later is not run")
     parser.add_argument("--smoke", action="store_true", help="every section on the CPU at toy sizes (checks the command)")
     args = parser.parse_args()
 
@@ -83,24 +89,27 @@ def main() -> None:
     small = args.smoke
     model_dir = out / "bert_base_shaped"
 
-    sections = [("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-m", "cuda", "tests/test_cuda.py"], 120, False)]
+    sections = [("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-m", "cuda", "tests/test_cuda.py"], 100, False)]
     steps = 4 if small else args.mrpc_steps
+    toy_throughput = ["--shape", "minilm", "--steps", "3", "--warmup", "1", "--seq-len", "16", "--batch-size", "4"]
     gpu_sections = [
-        ("optimizer_step", [py, "benchmarks/optimizer_step.py", "--device", device,
-                            *(["--warmup", "0", "--repeats", "1"] if small else [])], 60),
-        ("throughput_bf16", [py, "benchmarks/throughput.py", "--device", device, "--precision", "bf16",
-                             *(["--shape", "minilm", "--steps", "3", "--warmup", "1", "--rounds", "1", "--seq-len", "16",
-                                "--batch-size", "4"] if small else
-                               ["--shape", "bert-base", "--steps", "40", "--warmup", "10", "--rounds", "2"])], 150),
+        ("compiled_vs_eager", [py, "benchmarks/compile_step.py", "--device", device, "--precisions", "bf16",
+                               *(["--model", "minilm", "--seq-len", "16", "--batch-size", "4", "--steps", "1", "--warmup", "0"]
+                                 if small else ["--model", "bert-base", "--seq-len", "128", "--steps", "20", "--warmup", "3",
+                                                "--run-steps", str(PAPER_MRPC_STEPS)])], 75),
+        ("throughput_bf16", [py, "benchmarks/throughput.py", "--device", device, "--precision", "bf16", "--rounds", "1",
+                             "--configs", "trainer,trainer-compiled,recall-recadam,recall-recadam-compiled,bare-loop",
+                             *(toy_throughput if small else ["--shape", "bert-base", "--steps", "60", "--warmup", "10"])], 150),
         ("mrpc_schedule", [py, "-m", "recall_cli", "finetune", "recipes/bert_mrpc.yaml", f"model.name_or_path={model_dir}",
                            "task.data_dir=data/glue/MRPC", f"train.max_steps={steps}", "train.eval_every=0",
-                           "train.save_every=0", f"train.log_every={2 if small else 25}", f"train.device={device}",
+                           "train.save_every=0", f"train.log_every={2 if small else 50}", f"train.device={device}",
+                           "train.compile=on", f"task.pad_to_multiple_of={16 if small else 32}", "train.precision=auto",
                            f"train.batch_size={4 if small else 32}", *(["task.max_seq_length=16"] if small else []),
-                           f"output_dir={out / 'mrpc_schedule'}", "--overwrite", "--plain"], 90),
-        ("quickstart_bf16_accuracy", [py, "benchmarks/bf16_cpu.py", "accuracy", "--device", device,
-                                      "--seeds", "1" if small else "1,2,3", "--out", str(out / "quickstart"),
-                                      *(["--set", "train.max_steps=2", "--set", "task.max_train_examples=64",
-                                         "--set", "task.max_eval_examples=8"] if small else [])], 150),
+                           f"output_dir={out / 'mrpc_schedule'}", "--overwrite", "--plain"], 75),
+        ("quickstart_accuracy", [py, "benchmarks/bf16_cpu.py", "accuracy", "--device", device, "--compare", "compile",
+                                 "--seeds", "1" if small else "1,2", "--out", str(out / "quickstart"),
+                                 *(["--set", "train.max_steps=2", "--set", "task.max_train_examples=64",
+                                    "--set", "task.max_eval_examples=8"] if small else [])], 110),
     ]
     for name, cmd, limit in gpu_sections:
         sections.append((name, cmd, limit, not (cuda or small)))
@@ -114,16 +123,22 @@ def main() -> None:
         build_model_dir("minilm" if small else "bert-base", model_dir)
 
     results = []
+    started = time.perf_counter()
     for name, cmd, limit, skip in sections:
         if skip:
             results.append({"name": name, "command": " ".join(cmd), "rc": None, "seconds": 0,
                             "output": "skipped: no CUDA device visible"})
             continue
-        results.append(run_section(name, cmd, limit, logs))
+        if time.perf_counter() - started + limit > args.budget and not small:
+            results.append({"name": name, "command": " ".join(cmd), "rc": None, "seconds": 0,
+                            "output": f"not run: it could end past the {args.budget} s budget"})
+            continue
+        results.append(run_section(name, cmd, min(limit, max(30, int(args.budget - (time.perf_counter() - started)))), logs))
         if name == "mrpc_schedule" and results[-1]["rc"] == 0:
             results[-1]["mrpc"] = mrpc_extrapolation(out / "mrpc_schedule", 4 if small else 32)
 
-    machine = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    total = round(time.perf_counter() - started)
+    machine = {"python": platform.python_version(), "seconds": total, "torch": torch.__version__, "cuda": torch.version.cuda,
                "gpu": torch.cuda.get_device_name(0) if cuda else None, "smoke": small}
     (out / "report.json").write_text(json.dumps({"machine": machine, "sections": results}, indent=2) + "\n")
     lines = ["# recall GPU check", "", f"Machine: {machine}", ""]

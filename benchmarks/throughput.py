@@ -52,7 +52,10 @@ SHAPES = {
     "bert-base": (768, 12, 12, 3072),
 }
 CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
-GLUE_CONFIGS = ("trainer-padded", *CONFIGS)
+# Compiled loops: named in --configs only (on a CPU their first compile takes minutes). Trainer's
+# torch_compile=True; recall's train.compile=on with length buckets of 32 (CUDA graphs on a GPU).
+COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled")
+GLUE_CONFIGS = ("trainer-padded", *CONFIGS, *COMPILED_CONFIGS)
 WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",
                "data", "task")
 
@@ -101,8 +104,8 @@ def task_dict(args) -> dict:
             "max_seq_length": args.seq_len, "max_eval_examples": 32}
 
 
-def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path) -> dict:
-    return {
+def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path, compiled: bool = False) -> dict:
+    recipe = {
         "model": {"name_or_path": str(model_dir), "init": "pretrained"},
         "task": task_dict(args),
         "optimizer": {"name": optimizer, "lr": 2e-5, "anneal_k": 0.1, "anneal_t0": 10, "pretrain_cof": 5000.0},
@@ -110,6 +113,10 @@ def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path) -> dict
                   "eval_every": 0, "precision": args.precision, "device": args.device, "seed": 1},
         "output_dir": str(output_dir),
     }
+    if compiled:  # only then: a --baseline checkout older than train.compile reads the rest
+        recipe["train"]["compile"] = "on"
+        recipe["task"]["pad_to_multiple_of"] = min(32, args.seq_len)
+    return recipe
 
 
 class StepClock:
@@ -135,7 +142,7 @@ def peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run_recall(args, model_dir: Path, optimizer: str) -> dict:
+def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False) -> dict:
     from recall_cli.recipe import recipe_from_dict
     from recall_cli.train import Reporter, finetune
 
@@ -146,12 +153,15 @@ def run_recall(args, model_dir: Path, optimizer: str) -> dict:
             clock.tick()
 
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = recipe_from_dict(recipe_dict(args, model_dir, optimizer, Path(tmp) / "run"), "benchmark")
-        finetune(recipe, reporter=Timing())
-    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optimizer}
+        recipe = recipe_from_dict(recipe_dict(args, model_dir, optimizer, Path(tmp) / "run", compiled), "benchmark")
+        summary = finetune(recipe, reporter=Timing())
+    record = summary.get("compile") or {}
+    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optimizer,
+            "compile_s": record.get("seconds", 0.0), "compile_mode": record.get("mode"),
+            "compile_fallback": record.get("fallback")}
 
 
-def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False) -> dict:
+def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled: bool = False) -> dict:
     import torch
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               Trainer, TrainerCallback, TrainingArguments)
@@ -185,7 +195,7 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False) -> dict:
             output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
             logging_steps=args.log_every, save_strategy="no", eval_strategy="no", report_to=[],
             disable_tqdm=True, dataloader_num_workers=0, seed=1, use_cpu=args.device == "cpu",
-            bf16=args.precision == "bf16", fp16=args.precision == "fp16",
+            bf16=args.precision == "bf16", fp16=args.precision == "fp16", torch_compile=compiled,
         )
         trainer = Trainer(model=model, args=training_args, train_dataset=rows,
                           data_collator=DataCollatorWithPadding(tokenizer), callbacks=[Timing()])
@@ -240,14 +250,15 @@ def worker(args) -> None:
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     model_dir = Path(args.model_dir)
-    if args.worker == "trainer":
-        result = run_trainer(args, model_dir)
+    if args.worker in ("trainer", "trainer-compiled"):
+        result = run_trainer(args, model_dir, compiled=args.worker == "trainer-compiled")
     elif args.worker == "trainer-padded":
         result = run_trainer(args, model_dir, pad_to_max_length=True)
     elif args.worker == "bare-loop":
         result = run_bare_loop(args, model_dir)
     else:
-        result = run_recall(args, model_dir, args.worker.removeprefix("recall-"))
+        name = args.worker.removeprefix("recall-")
+        result = run_recall(args, model_dir, name.removesuffix("-compiled"), compiled=name.endswith("-compiled"))
     result["peak_mb"] = peak_memory_mb(args.device)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -267,7 +278,7 @@ def main() -> None:
     parser.add_argument("--data", choices=("full", "glue"), default="full",
                         help="full: every example fills --seq-len (equal work); glue: a bundled task's rows as they are")
     parser.add_argument("--task", choices=sorted(bundled_glue_tasks()), default="mrpc", help="the GLUE task for --data glue")
-    parser.add_argument("--configs", help=f"comma-separated subset of {', '.join(GLUE_CONFIGS)} (default: all)")
+    parser.add_argument("--configs", help=f"comma-separated, of {', '.join(GLUE_CONFIGS)} (default: all but the compiled ones)")
     parser.add_argument("--baseline", help="another checkout of recall: its recall-* loops run beside this one's "
                                            "(as baseline-*, with PYTHONPATH=DIR), so a change is measured in one run")
     parser.add_argument("--worker", choices=GLUE_CONFIGS, help=argparse.SUPPRESS)
@@ -279,10 +290,10 @@ def main() -> None:
         worker(args)
         return
 
-    configs = GLUE_CONFIGS if args.data == "glue" else CONFIGS
+    configs = ("trainer-padded", *CONFIGS) if args.data == "glue" else CONFIGS
     if args.configs:
         wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
-        unknown = [c for c in wanted if c not in GLUE_CONFIGS]
+        unknown = [c for c in wanted if c not in GLUE_CONFIGS]  # (the compiled ones are in it)
         if unknown:
             sys.exit(f"--configs: unknown {', '.join(unknown)}; choose from {', '.join(GLUE_CONFIGS)}")
         configs = tuple(wanted)
@@ -324,7 +335,11 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name in configs:
         sps = med(name, "samples_per_s")
-        print(f"| {name} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
+        compiled_note = ""
+        if name == "recall-recadam-compiled":
+            r = results[name][0]
+            compiled_note = f" (compile {med(name, 'compile_s'):.0f} s, {r['compile_mode'] or 'eager: ' + str(r['compile_fallback'])})"
+        print(f"| {name}{compiled_note} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
     if {"recall-recadam", "recall-adamw"} <= set(configs):
         recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
         print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
