@@ -85,7 +85,7 @@ def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None
             raise CompileError(f"train.compile=on, but {problem} (or set train.compile=off)")
         return mode, "on in the recipe"
     if device.type != "cuda":
-        return None, "auto: eager on CPU, where compiling was measured no faster once its compile is paid (README \"Speed\")"
+        return None, "auto: eager on CPU, measured faster there (README \"Speed\")"
     if problem is not None:
         return None, f"auto: eager, {problem}"
     if pad_to_multiple_of is None:

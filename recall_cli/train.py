@@ -240,8 +240,9 @@ class _Loop:
             if new:
                 self.shapes.add(lengths, 0.0)  # eager: the lengths alone, for the record
             return train_step(t, batches)
-        self.reporter.note(f"compiling the step for length {', '.join(map(str, new))} "
-                           f"(of up to {len(t.bucket_lengths)}: {', '.join(map(str, t.bucket_lengths))})…")
+        buckets = t.bucket_lengths
+        of = f"{len(buckets)}: {', '.join(map(str, buckets))}" if len(buckets) <= 8 else f"{len(buckets)} lengths"
+        self.reporter.note(f"compiling the step for length {', '.join(map(str, new))} (of up to {of})…")
         started = time.perf_counter()
         try:
             problem = self.check_first_compiled_step(batches[0][0]) if t.check_compiled else None

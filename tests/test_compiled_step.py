@@ -229,7 +229,7 @@ def test_the_start_line_says_how_the_step_runs(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 2}))
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
     assert result.exit_code == 0, result.output
-    assert "step=eager (auto: eager on CPU, where compiling was measured no faster" in result.output
+    assert "step=eager (auto: eager on CPU, measured faster there (README \"Speed\"))" in result.output
     assert load_recipe(recipe).train.compile == "auto"
 
 
