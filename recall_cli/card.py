@@ -244,3 +244,64 @@ def _num(value: Any) -> str:
 
 def _g(value: float) -> str:
     return f"{value:g}"
+
+
+# ---- merge outputs -------------------------------------------------------------------------------
+
+
+def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, Any], inputs: list[dict[str, Any]],
+               source: dict[str, Any], scores: list[dict[str, Any]] | None = None, version: str | None = None) -> str:
+    """The README.md of one output of `recall merge` (OUT/<output>/): the merged encoder with the head
+    of input ``output``. ``inputs``: merge.json's inputs; ``source``: that input's recipe (or {}),
+    for its task and pretrained model; ``scores``: `--evaluate`'s rows (each input alone and merged),
+    whose row for this output becomes the model-index."""
+    if version is None:
+        from . import __version__ as version
+    model = (source.get("model") or {})
+    task = (source.get("task") or {}).get("name")
+    spec = TASKS.get(task) if task else None
+    meta: dict[str, Any] = {}
+    base = hub_id(str(model.get("name_or_path") or "")) if model.get("init", "pretrained") == "pretrained" else None
+    if base:
+        meta["base_model"] = base
+    if spec:
+        meta["datasets"] = ["glue"]
+    row = next((r for r in scores or () if r["model"] == output and _finite(r.get("merged"))), None)
+    kind = _METRICS.get(spec.main_metric) if spec else None
+    if row is not None and kind is not None:
+        meta["metrics"] = [kind[0]]
+    meta["library_name"] = "transformers"
+    meta["tags"] = [*TAGS, "merge", f"merge-{method}"]
+    if row is not None and kind is not None:
+        dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": "validation", "args": task}
+        meta["model-index"] = [{"name": f"{out_name}-{output}", "results": [{
+            "task": {"type": "text-classification", "name": "Text Classification"}, "dataset": dataset,
+            "metrics": [{"type": kind[0], "value": round(float(row["merged"]), 6), "name": kind[1]}]}]}]
+    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
+    lines = [f"---\n{front}---\n", MARKER, "", f"# {out_name}/{output}", "",
+             f"The encoder merged from {len(inputs)} models with `recall merge --method {method}` (recall {version}), "
+             f"with the classification head of **{output}**{f' ({spec.title})' if spec else ''}. "
+             "Open it with `AutoModelForSequenceClassification.from_pretrained`.", "",
+             "## Inputs", "", "| input | task | trained with | checkpoint |", "|---|---|---|---|"]
+    for item in inputs:
+        optimizer = OPTIMIZERS[item["optimizer"]].label if item.get("optimizer") in OPTIMIZERS else (item.get("optimizer") or "–")
+        lines.append(f"| {item['name']} | {item.get('task') or '–'} | {optimizer} | `{item.get('checkpoint', '')}` |")
+    shown = {k: v for k, v in settings.items() if not isinstance(v, (list, dict))}
+    if shown:
+        lines += ["", "## Settings", "", "| setting | value |", "|---|---|",
+                  *(f"| {k} | {v} |" for k, v in shown.items())]
+    lines += ["", "## Dev results", ""]
+    if scores:
+        lines += ["Main metric on each task's dev split, each input alone and with the merged encoder:", "",
+                  "| input | task | alone | merged |", "|---|---|---:|---:|",
+                  *(f"| {r['model']} | {r['task']} | {_number(r['individual'])} | {_number(r['merged'])} |" for r in scores)]
+    else:
+        lines.append(f"Not measured: `recall merge ... --evaluate`, or `recall evaluate {out_name}/{output}`.")
+    lines += ["", "## What it kept", "",
+              f"Not measured here: `recall probe {out_name}/{output}` measures the retained skill (STS), CKA and drift "
+              "against the pretrained model."]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _number(value: Any) -> str:
+    return f"{100 * value:.2f}" if _finite(value) else "–"

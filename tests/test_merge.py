@@ -276,3 +276,32 @@ def test_bad_input_exits_2_and_writes_nothing(runs, samples, tmp_path):
     assert result.exit_code == 2 and "already exists" in result.output
     assert list((tmp_path / "exists").iterdir()) == []
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_each_output_carries_a_model_card_the_hub_reads_with_what_evaluate_measured(runs, tmp_path):
+    """OUT/<name>/README.md: the Hub's metadata (tags, base model, model-index holding --evaluate's
+    merged score for that output), the inputs and settings; the sources' own cards are not copied,
+    a README someone else wrote is kept beside it as README.user.md."""
+    import shutil
+
+    from huggingface_hub import ModelCard
+
+    from recall_cli.card import KEPT_FILE, MARKER
+    from recall_cli.merge import run_merge
+
+    a = tmp_path / "a"
+    shutil.copytree(runs["a"], a)
+    (a / "best" / "README.md").write_text("# my notes on run a\n", encoding="utf-8")
+    merged = run_merge([str(a), str(runs["b"])], tmp_path / "m", "linear", {"weights": "0.5,0.5"}, device="cpu",
+                       evaluate=True)
+    for row in merged.scores:
+        card = ModelCard.load(tmp_path / "m" / row["model"] / "README.md")
+        assert MARKER in card.text and "linear" in card.text
+        assert {"recall", "merge", "merge-linear"} <= set(card.data.tags)
+        assert card.data.library_name == "transformers" and card.data.datasets == ["glue"]
+        [result] = card.data.eval_results
+        assert result.dataset_config == "mrpc" and result.metric_type == "accuracy"  # MRPC's main metric here
+        assert result.metric_value == pytest.approx(row["merged"], abs=1e-6)
+        assert f"| {row['model']} | mrpc | {100 * row['individual']:.2f} | {100 * row['merged']:.2f} |" in card.text
+    assert (tmp_path / "m" / "a" / KEPT_FILE).read_text(encoding="utf-8") == "# my notes on run a\n"
+    assert not (tmp_path / "m" / "b" / KEPT_FILE).exists()

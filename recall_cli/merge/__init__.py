@@ -128,7 +128,10 @@ def run_merge(
     that get the merge's settings and scores as one run, once OUT is written. Problems raise MergeError
     (or the resolver's, the device's and the environment's errors) with the line to print; nothing is
     written then."""
-    from .. import trackers
+    import json
+
+    from .. import card, trackers
+    from ..rundir import MERGE_RECORD
 
     trackers.check_available(report_to)  # a missing tracker package: refused before anything is written
     spec = method_spec(method)
@@ -151,6 +154,9 @@ def run_merge(
 
     def score_staged(outputs: dict[str, Path]) -> None:
         scores.extend(_score_merged(alone or {}, outputs, out, device))
+        record_now = json.loads((next(iter(outputs.values())).parent / MERGE_RECORD).read_text(encoding="utf-8"))
+        for s in sources:  # the cards say what --evaluate measured on these very weights
+            card.write_card(outputs[s.name], engine.output_card(out, s.name, record_now, s.recipe, scores))
 
     result = engine.merge(sources, fuser, out, anchors=anchors, record=record,
                           before_rename=score_staged if evaluate else None)

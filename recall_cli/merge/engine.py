@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from .. import card
 from ..rundir import MERGE_RECORD, staged_folder
 from .base import MergeMethod
 from .io import (
@@ -41,7 +42,7 @@ from .io import (
 
 # Files of a checkpoint folder that are not weights or training state: config and tokenizer.
 _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
-_NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE}
+_NOT_COPIED = {"trainer_state.json", "model.safetensors.index.json", SOURCE_RECIPE_FILE, card.CARD_FILE, card.KEPT_FILE}
 
 # Row chunks for methods that need all N versions of a tensor at once (TIES): N x chunk stays this small.
 CHUNK_BYTES = 16 * 2**20  # a chunk's temporaries (differences, masks) are a few times this
@@ -150,7 +151,16 @@ def _copied(item: Path) -> bool:
     return not (item.name in _NOT_COPIED or item.name.endswith(_NOT_COPIED_SUFFIXES) or item.name.startswith("."))
 
 
-def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path) -> None:
+def output_card(out: Path, name: str, record: dict[str, Any], recipe: dict[str, Any] | None,
+                scores: list[dict[str, Any]] | None = None) -> str:
+    """The model card of OUT/<name>/ (card.merge_card) from merge.json's record."""
+    skip = ("method", "inputs", "theta_star", "outputs")
+    return card.merge_card(out_name=Path(out).name, output=name, method=record["method"],
+                           settings={k: v for k, v in record.items() if k not in skip},
+                           inputs=record["inputs"], source=recipe or {}, scores=scores)
+
+
+def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path, card_text: str) -> None:
     folder.mkdir()
     tensors = {source.key(n): t for n, t in merged.items()}
     tensors.update(read_tensors(source.files, source.head + source.kept))
@@ -163,6 +173,8 @@ def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path)
             shutil.copy2(item, folder / item.name)
         elif item.is_dir() and not any(item.rglob("*.safetensors")):
             shutil.copytree(item, folder / item.name)  # e.g. a sentence-transformers model's 1_Pooling/
+    # The source's card described the source: a recall card is replaced, someone else's kept beside it.
+    card.write_card(folder, card_text, previous=source.folder)
     if source.recipe is not None:
         import yaml
 
@@ -203,10 +215,7 @@ def merge(
     merged = fuse(sources, method, anchors)
     # check_out again before the rename: someone else may have made --out meanwhile.
     with staged_folder(out, check=lambda: check_out(out)) as staging:
-        outputs = {}
-        for s in sources:
-            _write_output(s, merged, staging / s.name)
-            outputs[s.name] = out / s.name
+        outputs = {s.name: out / s.name for s in sources}
         full = {
             "method": method.name,
             **method.describe(),
@@ -220,6 +229,8 @@ def merge(
             **(record or {}),
             "outputs": {name: str(path) for name, path in outputs.items()},
         }
+        for s in sources:
+            _write_output(s, merged, staging / s.name, output_card(out, s.name, full, s.recipe))
         (staging / MERGE_RECORD).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
         if before_rename is not None:
             before_rename({s.name: staging / s.name for s in sources})
