@@ -156,3 +156,18 @@ def test_a_data_error_under_torchrun_prints_one_line_and_exits_2(nodrop_model_di
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {bad / 'train.tsv'} line 4: label '7' is not one of 0, 1: fix or remove the row"]
     assert not (tmp_path / "out").exists()
+
+
+def test_two_processes_with_the_compiled_step_take_the_same_steps_as_one_eager(runs, nodrop_model_dir, tmp_path):
+    """DDP with train.compile=on (plain inductor under DDP, no CUDA graphs) and length buckets: the
+    same weights as the eager single process, within fp32 reordering; the record says what ran."""
+    recipe = ddp_recipe(nodrop_model_dir, tmp_path / "two_compiled", batch_size=4, compile="on")
+    recipe["task"]["pad_to_multiple_of"] = 16
+    proc = torchrun("finetune", str(write_recipe(tmp_path / "c.yaml", recipe)), "--plain", timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    a = load_file(str(tmp_path / "two_compiled" / "last" / "model.safetensors"))
+    b = load_file(str(runs["one"] / "last" / "model.safetensors"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-4
+    record = json.loads((tmp_path / "two_compiled" / "summary.json").read_text())["compile"]
+    assert record["mode"] == "default" and record["fallback"] is None
+    assert record["shapes"] and all(n % 16 == 0 for n in record["shapes"])
