@@ -100,6 +100,24 @@ def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None
     return torch.compile(model, mode=mode or MODE_FOR.get(device.type, "default"), dynamic=False)
 
 
+def uses_cuda_graphs(mode: str | None) -> bool:
+    return mode == "reduce-overhead"
+
+
+def keep_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Gives every parameter a .grad of its own before the first CUDA-graph backward, for the loop to
+    zero in place (not set to None) from then on.
+
+    A backward replayed as a CUDA graph writes its gradients into the graph's memory pool. When a
+    parameter has no .grad yet, autograd adopts that output as the .grad itself, and the next replay
+    (the next micro-batch under gradient accumulation) overwrites it: the accumulated gradient is
+    silently the last micro-batch's, or torch raises "accessing tensor output of CUDAGraphs that has
+    been overwritten" (pytorch #169545). A .grad that already exists is added to in place instead."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
 def mark_step(device: torch.device) -> None:
     """Tells CUDA graph trees that a new iteration begins, so that the previous step's graph outputs
     may be overwritten (they are read only after being copied into the loss sum)."""

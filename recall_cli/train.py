@@ -102,7 +102,7 @@ def optimizer_step(t: Training) -> torch.Tensor:
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, t.recipe.train.max_grad_norm or math.inf)
     t.scaler.step(t.optimizer)
     t.scaler.update()
-    t.optimizer.zero_grad(set_to_none=True)
+    t.optimizer.zero_grad(set_to_none=not t.keep_grads)
     return grad_norm
 
 
@@ -266,7 +266,7 @@ class _Loop:
 
     def fall_back(self, problem: str) -> None:
         t = self.t
-        t.optimizer.zero_grad(set_to_none=True)  # whatever a failed backward left
+        t.optimizer.zero_grad(set_to_none=not t.keep_grads)  # whatever a failed backward left
         t.forward = t.ddp_model
         t.compile_record.mode, t.compile_record.fallback = None, problem
         self.reporter.warn(f"train.compile: running the step eagerly: {problem}")

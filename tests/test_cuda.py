@@ -1,6 +1,7 @@
 """The CUDA paths: fp16 (GradScaler) and bf16 runs that resume, the fused and foreach RecAdam kernels
 against the single-tensor one on the GPU, the loop's GradScaler skip path, and the compiled step with
-CUDA graphs on length buckets (train.compile, the CPU side is in test_compiled_step.py).
+CUDA graphs on length buckets, with gradient accumulation (train.compile; the CPU side is in
+test_compiled_step.py and test_train_step.py).
 
 Marked `cuda` and skipped where torch sees no GPU, so CPU-only CI stays green;
 `python benchmarks/gpu_check.py OUT` (or `make gpu-check`) runs them on a GPU (`python -m pytest -m cuda`).
@@ -170,3 +171,33 @@ def test_auto_compiles_with_cuda_graphs_on_buckets_and_trains_as_the_eager_step(
     losses = [(x["loss"], y["loss"]) for x, y in zip(a, b) if x["split"] == "train"]
     assert abs(sum(x for x, _ in losses) - sum(y for _, y in losses)) / len(losses) <= 0.05, losses
     assert abs(compiled_summary["final"]["main"] - eager_summary["final"]["main"]) <= 0.1
+
+
+def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
+    """Two micro-batches per step through the CUDA-graph forward and backward: the gradients the
+    optimizer sees are the eager step's on the same batches (both micro-batches, not the last one's:
+    pytorch #169545, what compiled.keep_gradients guards against), fp32 and no dropout."""
+    from recall_cli import rundir
+    from recall_cli.distributed import Distributed
+    from recall_cli.progress import Reporter
+    from recall_cli.testing import tiny_bert_dir
+    from recall_cli.train_setup import prepare, set_up
+
+    model_dir = tiny_bert_dir(tmp_path / "still", seed=1234, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    raw = tiny_recipe(model_dir, tmp_path / "run", task={"pad_to_multiple_of": 16}, probe={"enabled": False},
+                      train={"device": DEVICE, "precision": "fp32", "compile": "on", "grad_accum": 2})
+    prepared = prepare(recipe_from_dict(raw, "graphs"), Distributed(), resume=False, overwrite=False, reporter=Reporter())
+    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+    assert t.compile_record.mode == "reduce-overhead" and t.keep_grads
+    for _ in range(3):  # warm-up, recording, then replays
+        batches, _ = train.micro_batches(t)
+        graph_loss = train.train_step(t, batches).item()
+        graph_grads = [p.grad.clone() for p in t.params]
+        t.optimizer.zero_grad(set_to_none=False)
+        compiled_forward, t.forward = t.forward, t.model
+        eager_loss = train.train_step(t, batches).item()
+        t.forward = compiled_forward
+        assert abs(graph_loss - eager_loss) <= 1e-4 * max(1.0, abs(eager_loss))
+        for g, p in zip(graph_grads, t.params):
+            torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
+        train.optimizer_step(t)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recall_cli import rundir
+from recall_cli import compiled, rundir
 from recall_cli.distributed import Distributed
 from recall_cli.progress import Reporter
 from recall_cli.recipe import recipe_from_dict
@@ -56,3 +56,29 @@ def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(train
     assert torch.isfinite(norm) and norm.item() > 0
     assert all(p.grad is None for p in training.params)
     assert any(not torch.equal(b, p) for b, p in zip(before, training.params))
+
+
+def test_kept_gradients_train_as_gradients_set_to_none(tiny_model_dir, tmp_path):
+    """Under CUDA graphs the loop keeps every .grad allocated and zeroes it in place
+    (compiled.keep_gradients): over two steps of two micro-batches each, the same weights as the
+    default (set to None), and the gradients stay allocated and zero between steps."""
+    def build(name: str):
+        raw = tiny_recipe(tiny_model_dir, tmp_path / name, train={"grad_accum": 2}, probe={"enabled": False})
+        prepared = prepare(recipe_from_dict(raw, name), Distributed(), resume=False, overwrite=False, reporter=Reporter())
+        return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / name), resume=False, overwrite=False)
+
+    default, kept = build("default"), build("kept")
+    assert not default.keep_grads  # eager on CPU
+    kept.keep_grads = True
+    compiled.keep_gradients(kept.params)
+    storages = [p.grad.data_ptr() for p in kept.params]
+    for _ in range(2):
+        for t in (default, kept):
+            torch.manual_seed(0)  # the same dropout masks in both
+            train_step(t, micro_batches(t)[0])
+            optimizer_step(t)
+        assert all(p.grad is None for p in default.params)
+        assert all(p.grad is not None and not p.grad.any() for p in kept.params)
+    assert [p.grad.data_ptr() for p in kept.params] == storages  # zeroed in place, never replaced
+    for a, b in zip(default.params, kept.params):
+        assert torch.equal(a, b)
