@@ -91,7 +91,7 @@ def main() -> None:
 
     sections = [("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-m", "cuda", "tests/test_cuda.py"], 100, False)]
     steps = 4 if small else args.mrpc_steps
-    toy_throughput = ["--shape", "minilm", "--steps", "3", "--warmup", "1", "--seq-len", "16", "--batch-size", "4"]
+    toy_throughput = ["--shape", "minilm", "--steps", "5", "--warmup", "1", "--seq-len", "16", "--batch-size", "4"]
     gpu_sections = [
         ("compiled_vs_eager", [py, "benchmarks/compile_step.py", "--device", device, "--precisions", "bf16",
                                *(["--model", "minilm", "--seq-len", "16", "--batch-size", "4", "--steps", "1", "--warmup", "0"]

@@ -131,6 +131,9 @@ class StepClock:
     def samples_per_s(self, warmup: int, batch_size: int) -> float:
         # Step ends warmup..n-2: the last step also runs the final eval and save in recall's loop.
         ends = self.times[warmup:-1]
+        if len(ends) < 2:
+            raise SystemExit(f"error: {len(self.times)} steps with --warmup {warmup} leave {max(len(ends) - 1, 0)} "
+                             f"timed steps: give --steps at least --warmup + 3")
         return batch_size * (len(ends) - 1) / (ends[-1] - ends[0])
 
 
