@@ -66,9 +66,9 @@ def _tidy_param(param: Any) -> None:
         param.help = help_paragraphs(param.help)
 
 
-class RecallCommand(TyperCommand):
-    """A recall command's --help: paragraphs unbroken, flags without a value, arguments in capitals,
-    a usage line in click's style (``recall forgetting [OPTIONS] [RUN_DIR]...``)."""
+class _TidyHelp:
+    """What a command and the group share: help text in paragraphs, every parameter tidied
+    (_tidy_param), --help included."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -83,6 +83,11 @@ class RecallCommand(TyperCommand):
             _tidy_param(option)
         return option
 
+
+class RecallCommand(_TidyHelp, TyperCommand):
+    """A recall command's --help: paragraphs unbroken, flags without a value, arguments in capitals,
+    a usage line in click's style (``recall forgetting [OPTIONS] [RUN_DIR]...``)."""
+
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
@@ -92,21 +97,9 @@ class RecallCommand(TyperCommand):
         return pieces
 
 
-class RecallGroup(TyperGroup):
+class RecallGroup(_TidyHelp, TyperGroup):
     """The `recall` group: its own --help tidied like the commands', and output that a stdout which is
     not Unicode can print (console.printable_streams) before any command runs."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = help_paragraphs(self.help)
-        for param in self.params:
-            _tidy_param(param)
-
-    def get_help_option(self, ctx):
-        option = super().get_help_option(ctx)
-        if option is not None:
-            _tidy_param(option)
-        return option
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         from .console import printable_streams
