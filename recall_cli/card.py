@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .names import OPTIMIZERS, TASKS
+from .names import OPTIMIZERS, PACKAGED_MODELS, TASKS
 
 CARD_FILE = "README.md"
 # A card recall wrote carries this line; a README.md without it is someone else's and is kept
@@ -79,9 +79,12 @@ def is_recall_card(path: Path) -> bool:
 
 
 def hub_id(name: str) -> str | None:
-    """``name`` when it reads as a Hub model id ("bert-base-uncased", "org/name"); None for a local
-    folder or a pkg: model, which the Hub cannot link to (the Trainer's cards leave those out too)."""
-    if name.startswith("pkg:") or Path(name).expanduser().exists():
+    """``name`` when it reads as a Hub model id ("bert-base-uncased", "org/name"), a pkg: model's Hub
+    id when names.PACKAGED_MODELS knows it; None for a local folder or another package, which the Hub
+    cannot link to (the Trainer's cards leave those out too)."""
+    if name.startswith("pkg:"):
+        return PACKAGED_MODELS.get(name[len("pkg:"):])
+    if Path(name).expanduser().exists():
         return None
     return name if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) and not name.startswith(".") else None
 

