@@ -64,6 +64,15 @@ def _tidy_param(param: Any) -> None:
         param.metavar = (param.name or "").upper() + ("..." if param.nargs != 1 else "")
     if getattr(param, "help", None):
         param.help = help_paragraphs(param.help)
+    shown_type = getattr(param, "display_type_rich", None)
+    if shown_type is not None:
+        # typer prints a list's Python type (<list[Path]>); RUN_DIR... and "repeatable" say it is several.
+        param.display_type_rich = lambda ctx, shown=shown_type: _element_type(shown(ctx))
+
+
+def _element_type(shown: str | None) -> str | None:
+    match = re.fullmatch(r"<list\[(\w+)\]>", shown or "")
+    return f"<{match.group(1).lower()}>" if match else shown
 
 
 class _TidyHelp:

@@ -91,6 +91,7 @@ def _help(*args: str, width: int = 80) -> str:
 def test_help_has_no_bool_metavars_and_names_arguments_in_capitals(command):
     text = _help(*([command] if command else []))
     assert "<bool>" not in text
+    assert "<list[" not in text  # a list's element type: RUN_DIR... <path>, --grid <str>
     assert "{" not in text.splitlines()[1]  # the usage line: RECIPE, RUN_DIR..., not {path}
     usage = next(line for line in text.splitlines() if "Usage:" in line)
     expected = {"finetune": "[RECIPE] [OVERRIDES...]", "evaluate": "PATH", "sweep": "RECIPE [OVERRIDES...]",
