@@ -20,7 +20,8 @@ writes gpu_report/report.md and gpu_report/report.json:
 5. the quick start's dev accuracy, eager fp32 against compiled bf16 (length buckets of 32).
 
 A section that fails is recorded with its exit code and output tail, and the next one runs; the
-exit code is 1 if any failed. Without a GPU the tests run (and are skipped) and the GPU sections are
+exit code is 1 if any failed. A section stopped at its limit keeps what it printed by then, and the
+MRPC section's extrapolation is computed from the train records its run had written. Without a GPU the tests run (and are skipped) and the GPU sections are
 recorded as skipped; --smoke runs every section on the CPU at toy sizes, to check the command itself.
 """
 
@@ -58,15 +59,30 @@ def run_section(name: str, cmd: list[str], timeout: int, log_dir: Path) -> dict:
     return {"name": name, "command": " ".join(cmd), "rc": rc, "seconds": round(seconds, 1), "output": out}
 
 
-def mrpc_extrapolation(run_dir: Path, batch: int) -> dict:
+def mrpc_extrapolation(run_dir: Path, batch: int) -> dict | None:
     """Seconds per optimizer step from the steady-state train records (the first record, with
-    warm-up and CUDA start-up, left out), times the paper's 11,500 steps."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rates = [r["samples_per_s"] for r in records if r["split"] == "train"][1:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    warm-up and CUDA start-up, left out), times the paper's 11,500 steps. Also from a run stopped at
+    its limit (metrics.jsonl is written as it goes; summary.json is not there then): None only when
+    fewer than two train records were written."""
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line of a killed run may be cut
+            break
+    train = [r for r in records if r.get("split") == "train"]
+    rates = [r["samples_per_s"] for r in train][1:]
+    if not rates:
+        return None
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     seconds_per_step = batch / statistics.median(rates)
-    return {"steps_run": summary["steps"], "precision": summary["precision"], "device": summary["device"],
+    return {"steps_run": summary.get("steps", train[-1]["step"]), "finished": bool(summary.get("finished")),
+            "precision": summary.get("precision", "see the log"), "device": summary.get("device", "see the log"),
             "samples_per_s": round(statistics.median(rates), 1), "seconds_per_step": round(seconds_per_step, 4),
+            "compile": summary.get("compile"),
             "extrapolated_minutes_for_11500_steps": round(PAPER_MRPC_STEPS * seconds_per_step / 60, 1)}
 
 
@@ -134,8 +150,10 @@ def main() -> None:
                             "output": f"not run: it could end past the {args.budget} s budget"})
             continue
         results.append(run_section(name, cmd, min(limit, max(30, int(args.budget - (time.perf_counter() - started)))), logs))
-        if name == "mrpc_schedule" and results[-1]["rc"] == 0:
-            results[-1]["mrpc"] = mrpc_extrapolation(out / "mrpc_schedule", 4 if small else 32)
+        if name == "mrpc_schedule":
+            extrapolated = mrpc_extrapolation(out / "mrpc_schedule", 4 if small else 32)
+            if extrapolated is not None:
+                results[-1]["mrpc"] = extrapolated
 
     total = round(time.perf_counter() - started)
     machine = {"python": platform.python_version(), "seconds": total, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -147,8 +165,12 @@ def main() -> None:
         lines += [f"## {r['name']}: {state}, {r['seconds']} s", "", f"`{r['command']}`", ""]
         if "mrpc" in r:
             m = r["mrpc"]
+            stopped = "" if m["finished"] else ", stopped at the section's limit"
+            compiled = m.get("compile") or {}
+            compile_note = (f"; compiled {compiled.get('shapes')} in {compiled.get('seconds', 0):.0f} s, not counted"
+                            if compiled.get("mode") else "")
             lines += [f"MRPC schedule: {m['samples_per_s']} samples/s, {m['seconds_per_step']} s/step "
-                      f"({m['precision']}, {m['device']}, {m['steps_run']} steps run) -> "
+                      f"({m['precision']}, {m['device']}, {m['steps_run']} steps run{stopped}{compile_note}) -> "
                       f"**{m['extrapolated_minutes_for_11500_steps']} min for 11,500 steps** (training only)", ""]
         tail = r["output"].strip().splitlines()[-40:]
         lines += ["```text", *tail, "```", ""]
