@@ -3,7 +3,8 @@
 #   make quickstart    # create .venv if missing, install what it needs, run the offline quick start
 #   make test          # the same set-up, then the README's test command (python -m pytest -q)
 #
-# Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (the one command to run on a GPU).
+# Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (the one command to run on a GPU),
+# make gpu-kit (what a GPU machine without a registry needs, in .gpu_kit/).
 #
 # torch: on a machine without CUDA (no nvidia-smi) torch==2.13.0 is installed FIRST, because that pin
 # takes the CPU wheel while the project's looser `torch>=2.4` would pull a CUDA build of several GB.
@@ -25,7 +26,7 @@ PIP := $(BIN)/python -m pip install --quiet
 # Activate the venv in each recipe line, so that `recall` and `python` are the venv's (tests start both).
 ACTIVATE := . $(BIN)/activate &&
 
-.PHONY: venv quickstart test bench gpu-check
+.PHONY: venv quickstart test bench gpu-check gpu-kit
 
 venv: $(STAMP)
 
@@ -66,3 +67,8 @@ $(GPU_STAMP): pyproject.toml
 
 gpu-check: $(GPU_STAMP)
 	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)
+
+# What a GPU machine without a package registry lacks (wheels, a fp16 stand-in for the MiniLM package),
+# in .gpu_kit/ to carry there (README "On a GPU: one command").
+gpu-kit: $(STAMP)
+	$(ACTIVATE) python benchmarks/gpu_kit.py .gpu_kit

