@@ -9,9 +9,11 @@ graph, so compiling pays only with length buckets (task.pad_to_multiple_of).
 What `auto` does, and why (measurements in README "Speed", benchmarks/compile_step.py):
 - CPU: eager. On a CPU with native bf16, eager bf16 beats a compiled step, and where it is emulated
   a compiled fp32 step is at most ~1.2x eager while its first compile takes minutes.
-- CUDA with length buckets: compiled with CUDA graphs (one process) or without them (under DDP, whose
-  gradient hooks and bucketed all-reduce do not replay inside a graph); its first step is checked
-  against the eager model's loss on the same batch before it is trusted.
+- CUDA with length buckets, when the run is long enough to pay for its compiles (`pays_back`):
+  compiled with CUDA graphs (one process) or without them (under DDP, whose gradient hooks and
+  bucketed all-reduce do not replay inside a graph); the compiled forward's loss on the first batch
+  is checked against the eager model's before it is trusted. A short run stays eager: compiling a
+  BERT step took 28-42 s per padded length on an H100, more than a few hundred steps save.
 - CUDA with dynamic padding: eager, saying how to compile.
 Where compiling cannot work (no C++ compiler on a CPU, no Triton on a GPU, an old torch, a failed
 compile), `auto` trains eagerly and says why in one line; `on` stops with exit 2 and that line.
@@ -34,6 +36,35 @@ from .errors import CompileError
 MODE_FOR = {"cuda": "reduce-overhead", "cpu": "default"}
 DDP_MODE = "default"
 MIN_TORCH = (2, 4)  # torch.compile of a BERT forward + backward with dynamic=False works from here
+
+# What `auto` weighs on CUDA, measured on one H100 (torch 2.11, batch 32; ../shared/FINDINGS.md): the
+# first compile of a BERT train step took 28-42 s per padded length; CUDA graphs cut a step from
+# 18 to 7 ms on MiniLM (6 layers) and from 38.6 to 10.2 ms on BERT-base (12 layers), about 1.8-2.4 ms
+# per layer, and compiling without them cut BERT-base's by 12 ms, 1 ms per layer. The low ends, so
+# that `auto` compiles only where the run clearly pays for it; `on` compiles whatever the length.
+COMPILE_SECONDS_PER_LENGTH = 40.0
+SAVED_SECONDS_PER_LAYER = {"reduce-overhead": 0.0018, "default": 0.001}
+PAYBACK = 1.5  # the estimated time saved must be this many times the estimated compile time
+
+
+@dataclass(frozen=True)
+class RunSize:
+    """What a run's compiles cost and its steps save: how many forward-backward passes it makes,
+    in how many padded lengths (one compile each), through how many layers."""
+
+    micro_batches: int
+    lengths: int
+    layers: int
+
+
+def pays_back(mode: str, size: RunSize) -> tuple[bool, str]:
+    """Whether compiling in ``mode`` should pay for itself over the run, and the estimate as words."""
+    compile_s = size.lengths * COMPILE_SECONDS_PER_LENGTH
+    saved_s = size.micro_batches * size.layers * SAVED_SECONDS_PER_LAYER.get(mode, SAVED_SECONDS_PER_LAYER["default"])
+    lengths = f"{size.lengths} length{'s' if size.lengths != 1 else ''}"
+    estimate = f"~{compile_s:.0f} s to compile {lengths}, ~{saved_s:.0f} s saved over {size.micro_batches} micro-batches"
+    return saved_s >= PAYBACK * compile_s, estimate
+
 
 # How far the compiled loss may be from the eager one on the same batch: fused kernels and another
 # summation order move fp32 by ~1e-6 relative; bf16 rounds each matmul to 8 bits of mantissa.
@@ -74,8 +105,11 @@ def cannot_compile(device: torch.device) -> str | None:
     return None
 
 
-def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None, world_size: int) -> tuple[str | None, str]:
-    """(torch.compile mode or None for eager, why): what the start line shows and summary.json keeps."""
+def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None, world_size: int,
+           size: RunSize | None = None) -> tuple[str | None, str]:
+    """(torch.compile mode or None for eager, why): what the start line shows and summary.json keeps.
+    ``size``: the run's, for `auto` on CUDA to weigh compile time against what the steps save (None:
+    not weighed)."""
     if setting == "off":
         return None, "off in the recipe"
     problem = cannot_compile(device)
@@ -91,7 +125,13 @@ def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None
     if pad_to_multiple_of is None:
         return None, ("auto: eager, dynamic padding would record a CUDA graph per batch length "
                       "(set task.pad_to_multiple_of=32 to compile)")
-    return mode, "auto: compiled on CUDA" + (" (no CUDA graphs under DDP)" if mode == DDP_MODE else " with CUDA graphs")
+    how = "auto: compiled on CUDA" + (" (no CUDA graphs under DDP)" if mode == DDP_MODE else " with CUDA graphs")
+    if size is None:
+        return mode, how
+    pays, estimate = pays_back(mode, size)
+    if not pays:
+        return None, f"auto: eager, compiling would not pay back in this run ({estimate}; train.compile=on compiles anyway)"
+    return mode, f"{how} ({estimate})"
 
 
 def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None) -> Callable[..., Any]:

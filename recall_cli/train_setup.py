@@ -24,7 +24,7 @@ import torch
 from . import checkpoint, compiled, data, preflight, rundir, trackers
 from .distributed import Distributed
 from .names import OPTIMIZERS
-from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
+from .model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
 from .optim import RecAdam
 from .probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from .progress import Reporter, empty_window
@@ -156,13 +156,16 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
     recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
-    compile_mode, compile_reason = compiled.decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
-                                                   world_size=ctx.world_size)
-    precision, why = choose_precision(tc.precision, device, recorded, compiled=compile_mode is not None)
     if not resume:
         rundir.check_new_run_dir(run_dir, overwrite)
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
+    total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
+    weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
+    size = run_size(recipe, task, total_steps, saved, last, ctx.world_size) if weigh else None
+    compile_mode, compile_reason = compiled.decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
+                                                   world_size=ctx.world_size, size=size)
+    precision, why = choose_precision(tc.precision, device, recorded, compiled=compile_mode is not None)
     checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
                                   precision=precision, world_size=ctx.world_size, resume=last is not None,
                                   lengths=[len(ids) for ids in task.train.input_ids],
@@ -173,7 +176,6 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
             reporter.warn(f"preflight: {check.name}: {check.message}")
     if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
         probe_inputs(list(recipe.probe.probes), recipe.probe.texts_file, recipe.probe.pairs_file, 4, 4)
-    total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     for message in schedule_warnings(recipe, total_steps):
         reporter.warn(message)
 
@@ -185,6 +187,23 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return Prepared(recipe, ctx, device, precision, why, compile_mode, compile_reason, saved, tokenizer, task,
                     total_steps, built)
+
+
+def run_size(recipe: Recipe, task: TaskData, total_steps: int, saved, last: Path | None, world_size: int,
+             sample: int = 2000) -> compiled.RunSize:
+    """What `train.compile: auto` weighs on CUDA: the micro-batches left to run, the padded lengths of
+    the run's batches (its first ``sample`` global micro-batches, in the run's own order: later ones
+    rarely bring a new length, and one that does compiles then), and the model's depth."""
+    tc, task_cfg = recipe.train, recipe.task
+    done = saved[0].get("step", 0) if saved is not None else 0
+    micro_batches = max(0, total_steps - done) * tc.grad_accum
+    order = BatchOrder(len(task.train), tc.batch_size * world_size, tc.seed)
+    widths = {data.padded_length(max(len(task.train.input_ids[j]) for j in order.batch(i)), task_cfg.pad_to_multiple_of,
+                                 task_cfg.max_seq_length)
+              for i in range(min(micro_batches, sample))}
+    config = load_config(str(last) if last is not None else recipe.model.name_or_path, recipe.model.trust_remote_code)
+    return compiled.RunSize(micro_batches=micro_batches, lengths=max(1, len(widths)),
+                            layers=getattr(config, "num_hidden_layers", None) or 12)
 
 
 # ---- stage 2: the run ----------------------------------------------------------------------------

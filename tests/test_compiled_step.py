@@ -93,6 +93,80 @@ def test_auto_on_cuda_compiles_only_with_buckets_and_without_cuda_graphs_under_d
     assert mode is None and "task.pad_to_multiple_of=32" in why
 
 
+def test_auto_on_cuda_compiles_only_where_the_run_pays_for_its_compiles(monkeypatch):
+    """The estimate from the H100 measurements: 40 s a padded length against 1.8 ms a layer a
+    micro-batch with CUDA graphs (1 ms without, under DDP), compiled when the saving is 1.5x the cost."""
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: None)
+    cuda = torch.device("cuda")
+    # The MiniLM quick start: 200 steps, 6 layers, 3 lengths: ~2 s saved against ~120 s of compiling.
+    mode, why = compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=1,
+                                size=compiled.RunSize(micro_batches=200, lengths=3, layers=6))
+    assert mode is None
+    assert why == ("auto: eager, compiling would not pay back in this run (~120 s to compile 3 lengths, ~2 s saved "
+                   "over 200 micro-batches; train.compile=on compiles anyway)")
+    # The paper's MRPC schedule on BERT-base: 11,500 steps, 12 layers, 2 lengths: ~248 s against ~80 s.
+    mode, why = compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=1,
+                                size=compiled.RunSize(micro_batches=11_500, lengths=2, layers=12))
+    assert mode == "reduce-overhead"
+    assert why == ("auto: compiled on CUDA with CUDA graphs (~80 s to compile 2 lengths, ~248 s saved over "
+                   "11500 micro-batches)")
+    # The break-even point, on both sides of it; under DDP the smaller saving moves it.
+    size = lambda n, layers=12: compiled.RunSize(micro_batches=n, lengths=1, layers=layers)  # noqa: E731
+    assert compiled.pays_back("reduce-overhead", size(2778))[0] and not compiled.pays_back("reduce-overhead", size(2777))[0]
+    assert compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=2, size=size(2778))[0] is None
+    assert compiled.decide("auto", cuda, pad_to_multiple_of=32, world_size=2, size=size(5000))[0] == "default"
+    # `on` compiles a short run anyway; CPUs stay eager whatever the length.
+    assert compiled.decide("on", cuda, pad_to_multiple_of=32, world_size=1, size=size(10))[0] == "reduce-overhead"
+    assert compiled.decide("auto", CPU, pad_to_multiple_of=32, world_size=1, size=size(10**6))[0] is None
+
+
+def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_path):
+    """run_size on SST-2's rows: the lengths of the run's own batches in buckets of 16 (not every
+    length a row could make), the micro-batches left, and the layers from the model's config."""
+    from transformers import AutoTokenizer
+
+    from recall_cli.recipe import recipe_from_dict
+    from recall_cli.train_setup import BatchOrder, load_task_data, run_size
+
+    recipe = recipe_from_dict(sst2_recipe(still_model, tmp_path / "run", train={"max_steps": 30, "grad_accum": 2}), "t")
+    task = load_task_data(recipe, AutoTokenizer.from_pretrained(still_model))
+    size = run_size(recipe, task, total_steps=30, saved=None, last=None, world_size=1)
+    order = BatchOrder(len(task.train), recipe.train.batch_size, recipe.train.seed)
+    widths = {padded_length(max(len(task.train.input_ids[j]) for j in order.batch(i)), 16, 48) for i in range(60)}
+    assert size == compiled.RunSize(micro_batches=60, lengths=len(widths), layers=2)
+    assert 2 <= size.lengths <= 3
+    # A resumed run weighs only the steps it has left.
+    assert run_size(recipe, task, 30, ({"step": 20}, {}, {}), None, 1).micro_batches == 20
+
+
+def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model_dir, tmp_path, monkeypatch):
+    """The set-up's wiring, with CUDA faked up to the decision: a 12-step run stays eager (and so
+    fp32), a long one compiles (and so bf16); nothing is written either way."""
+    from recall_cli import preflight, train_setup
+    from recall_cli.distributed import Distributed
+    from recall_cli.progress import Reporter
+    from recall_cli.recipe import recipe_from_dict
+
+    monkeypatch.setattr(train_setup, "resolve_device", lambda name, rank=None: torch.device("cuda"))
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: None)
+    monkeypatch.setattr(preflight, "available_cuda", lambda device: 80 * 2**30)
+    monkeypatch.setattr(compiled, "COMPILE_SECONDS_PER_LENGTH", 1.0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+
+    def prepared(steps: int):
+        raw = tiny_recipe(tiny_model_dir, tmp_path / "run", task={"pad_to_multiple_of": 16},
+                          train={"device": "auto", "precision": "auto", "max_steps": steps})
+        return train_setup.prepare(recipe_from_dict(raw, "cuda"), Distributed(), False, False, Reporter())
+
+    short = prepared(12)  # 12 x 2 layers x 1.8 ms = 0.04 s saved against 1 s for its one length
+    assert short.compile_mode is None and "would not pay back" in short.compile_reason
+    assert "~1 s to compile 1 length" in short.compile_reason and short.precision == "fp32"
+    long = prepared(1000)  # 3.6 s saved: 3.6x the compile
+    assert long.compile_mode == "reduce-overhead" and long.precision == "bf16"
+    assert long.compile_reason.endswith("(~1 s to compile 1 length, ~4 s saved over 1000 micro-batches)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_where_it_cannot_compile_auto_says_why_and_on_stops_with_exit_2(monkeypatch):
     monkeypatch.setattr(compiled, "cannot_compile", lambda device: "no C++ compiler found (install g++ or set CXX)")
     monkeypatch.setattr(compiled, "MODE_FOR", {"cpu": "default", "cuda": "reduce-overhead"})
