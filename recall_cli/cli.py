@@ -160,7 +160,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     warnings = schedule_warnings(recipe, total)
     if not as_json:  # the plan first: it needs no model, and a model that cannot load stops what follows
         _print_plan(recipe, world_size, total, t0, lambdas, warnings)
-    checks = for_dry_run(recipe, examples, world_size, resume=resume, overwrite=overwrite)
+    checks = for_dry_run(recipe, examples, world_size, total_steps=total, resume=resume, overwrite=overwrite)
     if as_json:
         plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
                 "global_batch": tc.batch_size * world_size * tc.grad_accum,

@@ -57,6 +57,25 @@ class RunSize:
     layers: int
 
 
+def run_size(recipe: Any, lengths: list[int], *, total_steps: int, done_steps: int, model_source: str | None,
+             world_size: int, sample: int = 2000) -> RunSize:
+    """What `auto` weighs on CUDA: the micro-batches left to run, the padded lengths of the run's
+    batches (its first ``sample`` global micro-batches in the run's own order, from the training rows'
+    ``lengths``: later ones rarely bring a new length, and one that does compiles then), and the
+    model's depth (from ``model_source``'s config, a resumed run's last/, else the recipe's model)."""
+    from .data import BatchOrder, padded_length
+    from .model import load_config
+
+    tc, task = recipe.train, recipe.task
+    micro_batches = max(0, total_steps - done_steps) * tc.grad_accum
+    order = BatchOrder(len(lengths), tc.batch_size * world_size, tc.seed)
+    widths = {padded_length(max(lengths[j] for j in order.batch(i)), task.pad_to_multiple_of, task.max_seq_length)
+              for i in range(min(micro_batches, sample))}
+    config = load_config(model_source or recipe.model.name_or_path, recipe.model.trust_remote_code)
+    return RunSize(micro_batches=micro_batches, lengths=max(1, len(widths)),
+                   layers=getattr(config, "num_hidden_layers", None) or 12)
+
+
 def pays_back(mode: str, size: RunSize) -> tuple[bool, str]:
     """Whether compiling in ``mode`` should pay for itself over the run, and the estimate as words."""
     compile_s = size.lengths * COMPILE_SECONDS_PER_LENGTH
@@ -132,6 +151,34 @@ def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None
     if not pays:
         return None, f"auto: eager, compiling would not pay back in this run ({estimate}; train.compile=on compiles anyway)"
     return mode, f"{how} ({estimate})"
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How the run's step computes: compiled or not, in which precision, and why (the start line,
+    --dry-run and summary.json say both)."""
+
+    mode: str | None
+    reason: str
+    precision: str
+    precision_reason: str
+
+
+def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_steps: int, done_steps: int = 0,
+              model_source: str | None = None, world_size: int = 1, recorded_precision: str | None = None) -> StepPlan:
+    """train.compile and train.precision decided together (the precision `auto` picks on CUDA depends
+    on whether the step compiles), for the run and for its --dry-run alike. Raises CompileError
+    under train.compile=on where compiling cannot work."""
+    from .runtime import choose_precision
+
+    tc = recipe.train
+    weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
+    size = run_size(recipe, lengths, total_steps=total_steps, done_steps=done_steps, model_source=model_source,
+                    world_size=world_size) if weigh else None
+    mode, reason = decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
+                          world_size=world_size, size=size)
+    precision, why = choose_precision(tc.precision, device, recorded_precision, compiled=mode is not None)
+    return StepPlan(mode, reason, precision, why)
 
 
 def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None) -> Callable[..., Any]:

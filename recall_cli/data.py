@@ -474,3 +474,19 @@ def collate(features: Features, indices: Sequence[int], pad_token_id: int, pad_t
     regression = isinstance(labels[0], float)
     batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
     return batch
+
+
+class BatchOrder:
+    """Micro-batch i of the run, reproducible from (seed, i) alone: that index is the data position."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.per_epoch = math.ceil(n / batch_size)
+        self._epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
+
+    def batch(self, i: int) -> list[int]:
+        epoch, j = divmod(i, self.per_epoch)
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.n, generator=generator)
+        return self._perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()

@@ -360,25 +360,36 @@ def run_checks(recipe: Recipe, tokenizer, *, num_labels: int, device: torch.devi
     return report
 
 
-def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, resume: bool = False,
+def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, total_steps: int, resume: bool = False,
                 overwrite: bool = False) -> Preflight:
     """What `recall finetune --dry-run` checks: the tokenizer, the config, and the training rows
     (``examples``, from data.load_split) tokenized for the activation length; then, with the run's
-    own code (train_setup.prepare calls the same), the output folder and the probe files."""
-    from . import data, rundir
+    own code (train_setup.prepare calls the same), how the step will run (compiled or not, its
+    precision), the output folder and the probe files."""
+    from . import compiled, data, rundir
     from .model import load_tokenizer
     from .probes.runner import load_inputs
     from .runtime import resolve_device, resolve_precision
 
     tc = recipe.train
     device = resolve_device(tc.device)  # under --nproc, rank 0's device stands for every rank's
-    precision = resolve_precision(tc.precision, device)
     tokenizer = load_tokenizer(recipe.model.name_or_path, recipe.model.trust_remote_code)
     spec = data.task_spec(recipe.task)
     features = data.tokenize(examples, tokenizer, recipe.task.max_seq_length)
     lengths = [len(ids) for ids in features.input_ids]
+    step_report = Preflight()
+    try:  # a resumed run weighs the steps it has left; --dry-run counts the whole run
+        plan = compiled.plan_step(recipe, device, lengths=lengths, total_steps=total_steps, world_size=world_size)
+    except compiled.CompileError as exc:
+        step_report.add("step", "fail", str(exc), exc)
+        precision = resolve_precision(tc.precision, device)
+    else:
+        how = "eager" if plan.mode is None else f"compiled ({plan.mode})"
+        step_report.add("step", "ok", f"{how} ({plan.reason}); {plan.precision} ({plan.precision_reason})")
+        precision = plan.precision
     report = run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
                         world_size=world_size, lengths=lengths)
+    report.checks[:0] = step_report.checks
     run_dir = recipe.output_dir
     if not resume:
         report.as_the_run("output_dir", lambda: rundir.check_new_run_dir(Path(run_dir), overwrite),

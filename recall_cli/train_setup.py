@@ -22,14 +22,15 @@ from typing import Any
 import torch
 
 from . import checkpoint, compiled, data, preflight, rundir, trackers
+from .data import BatchOrder  # the run's data order (re-exported: train.BatchOrder)
 from .distributed import Distributed
 from .names import OPTIMIZERS
-from .model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
+from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
 from .optim import RecAdam
 from .probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from .progress import Reporter, empty_window
 from .recipe import Recipe, dump_recipe, schedule_warnings
-from .runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
+from .runtime import autocast_for, precision_of_saved_run, resolve_device, seed_everything
 
 
 @dataclass
@@ -57,22 +58,6 @@ def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
         return tc.max_steps
     batches_per_epoch = math.ceil(n_train / (tc.batch_size * world_size))
     return max(1, math.ceil(tc.epochs * batches_per_epoch / tc.grad_accum))
-
-
-class BatchOrder:
-    """Micro-batch i of the run, reproducible from (seed, i) alone: that index is the data position."""
-
-    def __init__(self, n: int, batch_size: int, seed: int):
-        self.n, self.batch_size, self.seed = n, batch_size, seed
-        self.per_epoch = math.ceil(n / batch_size)
-        self._epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
-
-    def batch(self, i: int) -> list[int]:
-        epoch, j = divmod(i, self.per_epoch)
-        if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-            self._epoch, self._perm = epoch, torch.randperm(self.n, generator=generator)
-        return self._perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
 
 
 @dataclass
@@ -161,11 +146,10 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
-    weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
-    size = run_size(recipe, task, total_steps, saved, last, ctx.world_size) if weigh else None
-    compile_mode, compile_reason = compiled.decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
-                                                   world_size=ctx.world_size, size=size)
-    precision, why = choose_precision(tc.precision, device, recorded, compiled=compile_mode is not None)
+    step = compiled.plan_step(recipe, device, lengths=[len(ids) for ids in task.train.input_ids], total_steps=total_steps,
+                              done_steps=saved[0].get("step", 0) if saved is not None else 0,
+                              model_source=str(last) if last else None, world_size=ctx.world_size, recorded_precision=recorded)
+    compile_mode, compile_reason, precision, why = step.mode, step.reason, step.precision, step.precision_reason
     checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
                                   precision=precision, world_size=ctx.world_size, resume=last is not None,
                                   lengths=[len(ids) for ids in task.train.input_ids],
@@ -187,23 +171,6 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return Prepared(recipe, ctx, device, precision, why, compile_mode, compile_reason, saved, tokenizer, task,
                     total_steps, built)
-
-
-def run_size(recipe: Recipe, task: TaskData, total_steps: int, saved, last: Path | None, world_size: int,
-             sample: int = 2000) -> compiled.RunSize:
-    """What `train.compile: auto` weighs on CUDA: the micro-batches left to run, the padded lengths of
-    the run's batches (its first ``sample`` global micro-batches, in the run's own order: later ones
-    rarely bring a new length, and one that does compiles then), and the model's depth."""
-    tc, task_cfg = recipe.train, recipe.task
-    done = saved[0].get("step", 0) if saved is not None else 0
-    micro_batches = max(0, total_steps - done) * tc.grad_accum
-    order = BatchOrder(len(task.train), tc.batch_size * world_size, tc.seed)
-    widths = {data.padded_length(max(len(task.train.input_ids[j]) for j in order.batch(i)), task_cfg.pad_to_multiple_of,
-                                 task_cfg.max_seq_length)
-              for i in range(min(micro_batches, sample))}
-    config = load_config(str(last) if last is not None else recipe.model.name_or_path, recipe.model.trust_remote_code)
-    return compiled.RunSize(micro_batches=micro_batches, lengths=max(1, len(widths)),
-                            layers=getattr(config, "num_hidden_layers", None) or 12)
 
 
 # ---- stage 2: the run ----------------------------------------------------------------------------

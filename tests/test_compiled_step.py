@@ -125,18 +125,35 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
     length a row could make), the micro-batches left, and the layers from the model's config."""
     from transformers import AutoTokenizer
 
+    from recall_cli.data import BatchOrder
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.train_setup import BatchOrder, load_task_data, run_size
+    from recall_cli.train_setup import load_task_data
 
     recipe = recipe_from_dict(sst2_recipe(still_model, tmp_path / "run", train={"max_steps": 30, "grad_accum": 2}), "t")
     task = load_task_data(recipe, AutoTokenizer.from_pretrained(still_model))
-    size = run_size(recipe, task, total_steps=30, saved=None, last=None, world_size=1)
+    lengths = [len(ids) for ids in task.train.input_ids]
+    size = compiled.run_size(recipe, lengths, total_steps=30, done_steps=0, model_source=None, world_size=1)
     order = BatchOrder(len(task.train), recipe.train.batch_size, recipe.train.seed)
-    widths = {padded_length(max(len(task.train.input_ids[j]) for j in order.batch(i)), 16, 48) for i in range(60)}
+    widths = {padded_length(max(lengths[j] for j in order.batch(i)), 16, 48) for i in range(60)}
     assert size == compiled.RunSize(micro_batches=60, lengths=len(widths), layers=2)
-    assert 2 <= size.lengths <= 3
+    assert 2 <= size.lengths <= 3 < len({padded_length(n, 16, 48) for n in lengths}) + 1
     # A resumed run weighs only the steps it has left.
-    assert run_size(recipe, task, 30, ({"step": 20}, {}, {}), None, 1).micro_batches == 20
+    assert compiled.run_size(recipe, lengths, total_steps=30, done_steps=20, model_source=None,
+                             world_size=1).micro_batches == 20
+
+
+def test_dry_run_says_how_the_step_will_run_and_fails_as_the_run_would(tiny_model_dir, tmp_path, monkeypatch):
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"compile": "auto"}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    [step] = [c for c in json.loads(result.output)["checks"] if c["name"] == "step"]
+    assert step == {"name": "step", "status": "ok",
+                    "message": 'eager (auto: eager on CPU, measured faster there (README "Speed")); fp32 (set in the recipe)'}
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: "no C++ compiler found (install g++ or set CXX)")
+    result = runner.invoke(app, ["finetune", str(recipe), "train.compile=on", "--dry-run"])
+    assert result.exit_code == 2
+    assert "error: train.compile=on, but no C++ compiler found (install g++ or set CXX) (or set train.compile=off)" in result.output
+    assert not (tmp_path / "run").exists()
 
 
 def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model_dir, tmp_path, monkeypatch):

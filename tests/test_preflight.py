@@ -56,7 +56,7 @@ def test_quick_checks_pass_and_json_has_the_plan(tiny_model_dir, tmp_path):
     assert report["recipe"]["task"]["max_seq_length"] == 48
     checks = checks_of(out)
     assert {n: c["status"] for n, c in checks.items()} == {
-        "max_seq_length": "ok", "pad token": "ok", "vocabulary": "ok", "head": "ok", "memory": "ok",
+        "step": "ok", "max_seq_length": "ok", "pad token": "ok", "vocabulary": "ok", "head": "ok", "memory": "ok",
         "output_dir": "ok", "probe files": "ok"}
     assert checks["max_seq_length"]["message"] == "48 of the model's 128 positions"
     memory = report["memory"]
