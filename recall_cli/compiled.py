@@ -181,28 +181,40 @@ def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_st
     return StepPlan(mode, reason, precision, why)
 
 
-def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None) -> Callable[..., Any]:
+def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None, *,
+                  lengths: int = 8) -> Callable[..., Any]:
     """The model's forward under torch.compile (lazily: nothing compiles until the first call).
-    dynamic=False: one specialised graph per padded shape, as CUDA graphs need anyway."""
+    dynamic=False: one specialised graph per padded shape, as CUDA graphs need anyway. ``lengths``:
+    how many padded lengths the run can make; dynamo keeps only `recompile_limit` graphs per function
+    (8 by default) and runs any further length eagerly without a word, so the limit is raised to
+    hold every length, the eval-mode check's graph and a margin."""
+    allow_graphs(lengths + 4)
     return torch.compile(model, mode=mode or MODE_FOR.get(device.type, "default"), dynamic=False)
+
+
+def allow_graphs(n: int) -> None:
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6: the old name
+    setattr(config, name, max(getattr(config, name), n))
 
 
 def uses_cuda_graphs(mode: str | None) -> bool:
     return mode == "reduce-overhead"
 
 
-def keep_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Gives every parameter a .grad of its own before the first CUDA-graph backward, for the loop to
-    zero in place (not set to None) from then on.
+def own_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Copies every .grad into memory of its own, after the first micro-batch of a step whose
+    backward replayed as a CUDA graph (when more micro-batches follow).
 
-    A backward replayed as a CUDA graph writes its gradients into the graph's memory pool. When a
-    parameter has no .grad yet, autograd adopts that output as the .grad itself, and the next replay
-    (the next micro-batch under gradient accumulation) overwrites it: the accumulated gradient is
-    silently the last micro-batch's, or torch raises "accessing tensor output of CUDAGraphs that has
-    been overwritten" (pytorch #169545). A .grad that already exists is added to in place instead."""
+    The graph writes its gradients into its memory pool, and autograd adopts such an output as the
+    .grad of a parameter that has none; the next micro-batch's replay then overwrites it, so the
+    accumulated gradient would silently be the last micro-batch's alone, or torch raises "accessing
+    tensor output of CUDAGraphs that has been overwritten" (pytorch #169545). A .grad of its own is
+    added to in place by the later micro-batches, and parameters that got no gradient keep None, so
+    the optimizer skips them as in an eager step. One copy of the gradients per step."""
     for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
+        if p.grad is not None:
+            p.grad = p.grad.clone()
 
 
 def mark_step(device: torch.device) -> None:

@@ -91,6 +91,8 @@ def train_step(t: Training, batches: list[MicroBatch]) -> torch.Tensor:
                     loss = loss * share
                 loss = loss / accum
             t.scaler.scale(loss).backward()
+        if micro == 0 and accum > 1 and t.graph_grads and t.forward is not t.ddp_model:
+            compiled.own_gradients(t.params)
         loss_sum += loss.detach().float()
     return loss_sum
 
@@ -102,7 +104,7 @@ def optimizer_step(t: Training) -> torch.Tensor:
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, t.recipe.train.max_grad_norm or math.inf)
     t.scaler.step(t.optimizer)
     t.scaler.update()
-    t.optimizer.zero_grad(set_to_none=not t.keep_grads)
+    t.optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
 
@@ -266,7 +268,7 @@ class _Loop:
 
     def fall_back(self, problem: str) -> None:
         t = self.t
-        t.optimizer.zero_grad(set_to_none=not t.keep_grads)  # whatever a failed backward left
+        t.optimizer.zero_grad(set_to_none=True)  # whatever a failed backward left
         t.forward = t.ddp_model
         t.compile_record.mode, t.compile_record.fallback = None, problem
         self.reporter.warn(f"train.compile: running the step eagerly: {problem}")

@@ -194,7 +194,7 @@ class Training:
     forward: Any  # ddp_model, or ddp_model under torch.compile (train.compile)
     compile_record: compiled.CompileRecord  # summary.json's "compile"
     check_compiled: bool  # check the first compiled step against the eager loss (auto on CUDA)
-    keep_grads: bool  # CUDA graphs: .grad stays allocated and is zeroed in place (compiled.keep_gradients)
+    graph_grads: bool  # CUDA graphs: a step's first micro-batch's .grad is copied out of the graphs' memory
     bucket_lengths: list[int]  # the padded lengths the training rows can make (what may compile)
     optimizer: RecAdam
     scaler: torch.amp.GradScaler
@@ -233,14 +233,11 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
     state = _restore_or_start(p, optimizer, scaler, anchors, new_dir, resume, overwrite)
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
-    forward = compiled.compile_model(ddp_model, device, p.compile_mode) if p.compile_mode else ddp_model
     task_cfg = recipe.task
-    params = [q for q in model.parameters() if q.requires_grad]
-    keep_grads = compiled.uses_cuda_graphs(p.compile_mode)
-    if keep_grads:
-        compiled.keep_gradients(params)
     buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
                       for ids in p.task.train.input_ids})
+    forward = compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode else ddp_model
+    params = [q for q in model.parameters() if q.requires_grad]
     ctx.barrier()  # the run directory is ready before anyone goes on
     return Training(
         recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
@@ -249,7 +246,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
         compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
                                               shapes=list(state.compile_shapes)),
         check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
-        and p.saved is None, keep_grads=keep_grads, bucket_lengths=buckets, optimizer=optimizer, scaler=scaler,
+        and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets, optimizer=optimizer, scaler=scaler,
         autocast=autocast_for(p.precision, device), params=params,
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),

@@ -330,3 +330,16 @@ def test_old_summaries_without_a_compile_record_still_read():
     assert Summary.from_dict({"task": "rte", "steps": 3}).compile is None
     with pytest.raises(ValueError, match="'compile' is the text 'eager', not an object"):
         Summary.from_dict({"compile": "eager"})
+
+
+def test_compiling_raises_dynamos_graph_limit_to_hold_every_length(monkeypatch):
+    """dynamo keeps 8 graphs per function by default and runs a ninth length eagerly without a word:
+    compile_model raises the limit to the run's lengths plus the eval check's graph and a margin,
+    and never lowers it."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, name, 8)
+    compiled.compile_model(torch.nn.Linear(2, 2), CPU, lengths=16)  # lazy: nothing compiles here
+    assert getattr(config, name) == 20
+    compiled.compile_model(torch.nn.Linear(2, 2), CPU, lengths=2)
+    assert getattr(config, name) == 20

@@ -180,7 +180,7 @@ def test_auto_compiles_with_cuda_graphs_on_buckets_and_trains_as_the_eager_step(
 def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
     """Two micro-batches per step through the CUDA-graph forward and backward: the gradients the
     optimizer sees are the eager step's on the same batches (both micro-batches, not the last one's:
-    pytorch #169545, what compiled.keep_gradients guards against), fp32 and no dropout."""
+    pytorch #169545, what compiled.own_gradients guards against), fp32 and no dropout."""
     from recall_cli import rundir
     from recall_cli.distributed import Distributed
     from recall_cli.progress import Reporter
@@ -192,7 +192,7 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
                       train={"device": DEVICE, "precision": "fp32", "compile": "on", "grad_accum": 2})
     prepared = prepare(recipe_from_dict(raw, "graphs"), Distributed(), resume=False, overwrite=False, reporter=Reporter())
     t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
-    assert t.compile_record.mode == "reduce-overhead" and t.keep_grads
+    assert t.compile_record.mode == "reduce-overhead" and t.graph_grads
     for _ in range(3):  # warm-up, recording, then replays
         batches, _ = train.micro_batches(t)
         graph_loss = train.train_step(t, batches).item()

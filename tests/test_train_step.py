@@ -58,27 +58,39 @@ def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(train
     assert any(not torch.equal(b, p) for b, p in zip(before, training.params))
 
 
-def test_kept_gradients_train_as_gradients_set_to_none(tiny_model_dir, tmp_path):
-    """Under CUDA graphs the loop keeps every .grad allocated and zeroes it in place
-    (compiled.keep_gradients): over two steps of two micro-batches each, the same weights as the
-    default (set to None), and the gradients stay allocated and zero between steps."""
+def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tiny_model_dir, tmp_path, monkeypatch):
+    """Under CUDA graphs the step copies the gradients out of the graphs' memory after its first
+    micro-batch (compiled.own_gradients). Here, on the CPU, the path runs with that copy forced:
+    the same weights as without it over two steps of two micro-batches, a fresh storage for each
+    gradient with its values, and None kept for a parameter that got no gradient."""
     def build(name: str):
         raw = tiny_recipe(tiny_model_dir, tmp_path / name, train={"grad_accum": 2}, probe={"enabled": False})
         prepared = prepare(recipe_from_dict(raw, name), Distributed(), resume=False, overwrite=False, reporter=Reporter())
         return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / name), resume=False, overwrite=False)
 
-    default, kept = build("default"), build("kept")
-    assert not default.keep_grads  # eager on CPU
-    kept.keep_grads = True
-    compiled.keep_gradients(kept.params)
-    storages = [p.grad.data_ptr() for p in kept.params]
+    plain, owned = build("plain"), build("owned")
+    assert not plain.graph_grads  # eager on CPU
+    owned.graph_grads, owned.forward = True, lambda **batch: owned.model(**batch)  # as a compiled forward would be
+    copies = []
+    real = compiled.own_gradients
+
+    def spy(params):
+        before = {id(p): (p.grad.data_ptr(), p.grad.clone()) for p in params if p.grad is not None}
+        real(params)
+        copies.append(all(p.grad.data_ptr() != before[id(p)][0] and torch.equal(p.grad, before[id(p)][1])
+                          for p in params if p.grad is not None))
+
+    monkeypatch.setattr(compiled, "own_gradients", spy)
     for _ in range(2):
-        for t in (default, kept):
+        for t in (plain, owned):
             torch.manual_seed(0)  # the same dropout masks in both
             train_step(t, micro_batches(t)[0])
             optimizer_step(t)
-        assert all(p.grad is None for p in default.params)
-        assert all(p.grad is not None and not p.grad.any() for p in kept.params)
-    assert [p.grad.data_ptr() for p in kept.params] == storages  # zeroed in place, never replaced
-    for a, b in zip(default.params, kept.params):
+    assert copies == [True, True]  # once per step, after the first of its two micro-batches
+    for a, b in zip(plain.params, owned.params):
         assert torch.equal(a, b)
+    # A parameter that got no gradient keeps None (the optimizer skips it, as in an eager step).
+    used, unused = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    used.grad = torch.full((3,), 2.0)
+    real([used, unused])
+    assert unused.grad is None and torch.equal(used.grad, torch.full((3,), 2.0))
