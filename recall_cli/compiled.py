@@ -165,20 +165,41 @@ class StepPlan:
 
 
 def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_steps: int, done_steps: int = 0,
-              model_source: str | None = None, world_size: int = 1, recorded_precision: str | None = None) -> StepPlan:
+              model_source: str | None = None, world_size: int = 1, recorded_precision: str | None = None,
+              recorded_mode: tuple[str | None, str | None] | None = None) -> StepPlan:
     """train.compile and train.precision decided together (the precision `auto` picks on CUDA depends
     on whether the step compiles), for the run and for its --dry-run alike. Raises CompileError
-    under train.compile=on where compiling cannot work."""
+    under train.compile=on where compiling cannot work. ``recorded_mode``: (how a resumed run's step
+    ran, "eager" or a mode; why), which `auto` keeps, as it keeps the precision: deciding anew on the
+    steps left could switch kernels mid-run, or compile again a step that was given up as wrong."""
     from .runtime import choose_precision
 
     tc = recipe.train
-    weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
-    size = run_size(recipe, lengths, total_steps=total_steps, done_steps=done_steps, model_source=model_source,
-                    world_size=world_size) if weigh else None
-    mode, reason = decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
-                          world_size=world_size, size=size)
+    kept = resumed_mode(tc.compile, device, recorded_mode)
+    if kept is not None:
+        mode, reason = kept
+    else:
+        weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
+        size = run_size(recipe, lengths, total_steps=total_steps, done_steps=done_steps, model_source=model_source,
+                        world_size=world_size) if weigh else None
+        mode, reason = decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
+                              world_size=world_size, size=size)
     precision, why = choose_precision(tc.precision, device, recorded_precision, compiled=mode is not None)
     return StepPlan(mode, reason, precision, why)
+
+
+def resumed_mode(setting: str, device: torch.device,
+                 recorded: tuple[str | None, str | None] | None) -> tuple[str | None, str] | None:
+    """`auto`'s decision for a run that recorded one, with the reason it gave then, or None to
+    decide anew (no record, another setting, or a compiled mode this device cannot run)."""
+    mode, reason = recorded or (None, None)
+    if setting != "auto" or mode is None:
+        return None
+    if mode == "eager":
+        return None, reason or "auto: eager, as the run started"
+    if device.type == "cuda" and cannot_compile(device) is None:
+        return mode, reason or f"auto: compiled ({mode}), as the run started"
+    return None
 
 
 def compile_model(model: torch.nn.Module, device: torch.device, mode: str | None = None, *,

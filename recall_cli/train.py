@@ -360,7 +360,10 @@ class _Loop:
 
     def save_last(self, step: int) -> None:
         t = self.t
-        t.state.compile_shapes, t.state.compile_seconds = t.compile_record.shapes, t.compile_record.seconds
+        record = t.compile_record
+        t.state.compile_shapes, t.state.compile_seconds = record.shapes, record.seconds
+        t.state.compile_mode, t.state.compile_reason = record.mode or "eager", record.reason
+        t.state.compile_fallback = record.fallback
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.is_main:
             folder = checkpoint.save_checkpoint(t.run_dir, "last", t.model, t.tokenizer, t.state.__dict__,

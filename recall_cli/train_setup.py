@@ -74,6 +74,11 @@ class TrainerState:
     precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
     compile_shapes: list[int] = field(default_factory=list)  # summary.json's compile.shapes and .seconds
     compile_seconds: float = 0.0  # so far, over every process of the run
+    # How the step ran ("eager" or torch.compile's mode) and why a compile was given up: a resumed run
+    # under `auto` keeps both instead of deciding anew (None: a checkpoint that predates them).
+    compile_mode: str | None = None
+    compile_reason: str | None = None
+    compile_fallback: str | None = None
     # Running sums since the last train record (progress.WINDOW_KEYS).
     window: dict[str, float] = field(default_factory=empty_window)
 
@@ -148,7 +153,8 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     step = compiled.plan_step(recipe, device, lengths=[len(ids) for ids in task.train.input_ids], total_steps=total_steps,
                               done_steps=saved[0].get("step", 0) if saved is not None else 0,
-                              model_source=str(last) if last else None, world_size=ctx.world_size, recorded_precision=recorded)
+                              model_source=str(last) if last else None, world_size=ctx.world_size, recorded_precision=recorded,
+                              recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
     compile_mode, compile_reason, precision, why = step.mode, step.reason, step.precision, step.precision_reason
     checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
                                   precision=precision, world_size=ctx.world_size, resume=last is not None,
@@ -244,7 +250,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
         precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps,
         model=model, ddp_model=ddp_model, forward=forward,
         compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
-                                              shapes=list(state.compile_shapes)),
+                                              shapes=list(state.compile_shapes), fallback=state.compile_fallback),
         check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
         and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets, optimizer=optimizer, scaler=scaler,
         autocast=autocast_for(p.precision, device), params=params,

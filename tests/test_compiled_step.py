@@ -282,7 +282,7 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_one(stil
     assert a["shapes"] == b["shapes"]  # the lengths of both processes of the resumed run
 
 
-def failing_compile(model, device, mode=None):
+def failing_compile(model, device, mode=None, *, lengths=8):
     def forward(**inputs):
         raise RuntimeError("BackendCompilerFailed: inductor could not build a kernel\n(pages of trace)")
     return forward
@@ -304,6 +304,52 @@ def test_auto_falls_back_to_the_eager_step_in_one_line_and_trains_as_eager(tiny_
     assert runner.invoke(app, ["finetune", str(eager), "--plain"]).exit_code == 0
     wa, wb = (load_file(str(tmp_path / n / "last" / "model.safetensors")) for n in ("fell", "eager"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_resumed_run_keeps_the_step_it_ran_and_never_compiles_again_after_a_fallback(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    """A run under `auto` whose compiled step fell back to eager, stopped at step 2 and resumed: the
+    resumed process runs eagerly without trying to compile again, and its summary keeps the fallback
+    and the first process's reason, as the uninterrupted run's does."""
+    monkeypatch.setattr(compiled, "decide", lambda *a, **k: ("default", "auto: chosen for this test"))
+    monkeypatch.setattr(compiled, "compile_model", failing_compile)
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "fell",
+                                                           train={"max_steps": 4, "save_every": 2}))
+
+    class StopAtStep2(train.Reporter):
+        def step(self, step):
+            if step == 2:
+                raise KeyboardInterrupt
+
+    from recall_cli.recipe import load_recipe as load
+
+    with pytest.raises(KeyboardInterrupt):
+        train.finetune(load(recipe), reporter=StopAtStep2())
+    state = json.loads((tmp_path / "fell" / "last" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and state["compile_mode"] == "eager" and state["compile_reason"] == "auto: chosen for this test"
+    assert state["compile_fallback"].startswith("RuntimeError: BackendCompilerFailed")
+
+    def no_compile(*a, **k):
+        raise AssertionError("the resumed run compiled again")
+
+    monkeypatch.setattr(compiled, "compile_model", no_compile)
+    result = runner.invoke(app, ["finetune", "--resume", str(tmp_path / "fell"), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "running the step eagerly" not in result.output  # said once, by the first process
+    record = json.loads((tmp_path / "fell" / "summary.json").read_text())["compile"]
+    assert record["mode"] is None and record["reason"] == "auto: chosen for this test"
+    assert record["fallback"].startswith("RuntimeError: BackendCompilerFailed")
+
+
+def test_auto_keeps_a_recorded_step_on_resume_and_decides_anew_otherwise(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(compiled, "cannot_compile", lambda device: None)
+    assert compiled.resumed_mode("auto", cuda, ("eager", "why then")) == (None, "why then")
+    assert compiled.resumed_mode("auto", cuda, ("reduce-overhead", "why then")) == ("reduce-overhead", "why then")
+    assert compiled.resumed_mode("auto", CPU, ("reduce-overhead", "why then")) is None  # moved to a CPU: anew
+    assert compiled.resumed_mode("auto", cuda, None) is None  # a checkpoint from before the record
+    assert compiled.resumed_mode("auto", cuda, (None, None)) is None
+    assert compiled.resumed_mode("on", cuda, ("eager", "why then")) is None  # the recipe's own setting rules
 
 
 def test_on_stops_with_exit_2_and_leaves_no_run_when_the_compile_fails(tiny_model_dir, tmp_path, monkeypatch):
