@@ -225,6 +225,8 @@ class _Loop:
                 grad_norm = optimizer_step(t)
                 self.pending.add(step, loss_sum, grad_norm)
                 state.step, state.samples = step, state.samples + samples
+                if self.new_dir.open:  # a first step that diverged must not replace the run --overwrite set aside
+                    self.read_pending()
                 self.new_dir.commit()  # the new run exists for good: an old one it replaces is deleted now
                 elapsed = time.perf_counter() - started
                 state.train_seconds += elapsed

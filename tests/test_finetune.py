@@ -198,6 +198,15 @@ def test_divergence_stops_with_its_own_exit_code(tiny_model_dir, tmp_path):
     assert result.exit_code == 3
     assert "training diverged: the loss became inf at step 1" in result.output
     assert not (tmp_path / "out" / "last").exists()
+    # Over an existing run (--overwrite), a first step that diverged puts the old run back as it was.
+    old_recipe = write_recipe(tmp_path / "old.yaml", tiny_recipe(tiny_model_dir, tmp_path / "kept", train={"max_steps": 2}))
+    assert finetune(str(old_recipe)).exit_code == 0
+    before = {str(p.relative_to(tmp_path / "kept")): p.read_bytes() for p in (tmp_path / "kept").rglob("*") if p.is_file()}
+    recipe["output_dir"] = str(tmp_path / "kept")
+    result = finetune(str(write_recipe(tmp_path / "r2.yaml", recipe)), "--overwrite")
+    assert result.exit_code == 3, result.output
+    after = {str(p.relative_to(tmp_path / "kept")): p.read_bytes() for p in (tmp_path / "kept").rglob("*") if p.is_file()}
+    assert after == before
 
 
 def test_dry_run_prints_the_plan_and_creates_nothing(tiny_model_dir, tmp_path):
