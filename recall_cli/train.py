@@ -225,8 +225,8 @@ class _Loop:
                 grad_norm = optimizer_step(t)
                 self.pending.add(step, loss_sum, grad_norm)
                 state.step, state.samples = step, state.samples + samples
-                if self.new_dir.open:  # a first step that diverged must not replace the run --overwrite set aside
-                    self.read_pending()
+                if step == 1:  # a first step that diverged must not replace a run --overwrite set aside (every rank
+                    self.read_pending()  # reads: the read is collective; a resumed run never has a step 1)
                 self.new_dir.commit()  # the new run exists for good: an old one it replaces is deleted now
                 elapsed = time.perf_counter() - started
                 state.train_seconds += elapsed
