@@ -326,7 +326,7 @@ def test_merge_reports_its_settings_and_scores(stores, tiny_model_dir):
     result = runner.invoke(app, ["merge", *map(str, runs), "--out", str(out), "--method", "linear", "--evaluate",
                                  "--device", "cpu", "--json", "--report-to", "tensorboard", "--report-to", "mlflow"])
     assert result.exit_code == 0, result.output
-    scores = json.loads(result.output)["scores"]
+    scores = json.loads(result.stdout)["scores"]  # stdout alone: MLflow logs its set-up on stderr
     expected = {f"merge/{row['model']}/{column}": row[column] for row in scores for column in ("individual", "merged")}
     expected["merge/average/merged"] = sum(row["merged"] for row in scores) / len(scores)
     events = tensorboard_events(out / "tensorboard")
@@ -337,6 +337,25 @@ def test_merge_reports_its_settings_and_scores(stores, tiny_model_dir):
     for name, value in expected.items():
         assert tensorboard_curve(events, name) == [(0, pytest.approx(value, rel=1e-6))], name
         assert run.data.metrics[name] == value, name
+
+
+def test_a_merge_whose_tracker_cannot_start_is_kept_with_one_warning(stores, tiny_model_dir, monkeypatch):
+    """OUT is complete when the trackers start: one that cannot (a login, an unreachable server)
+    is a warning, the merge exits 0 and its --evaluate scores are printed."""
+    runs = [make_run(stores / "merge_runs_b", name, tiny_model_dir, seed) for name, seed in (("a", 1), ("b", 2))]
+    out = stores / "merged_b"
+
+    def cannot_start(*args, **kwargs):
+        raise ConnectionError("could not reach the tracking server\n(pages of detail)")
+
+    monkeypatch.setattr(trackers, "open_merge_run", cannot_start)
+    result = runner.invoke(app, ["merge", *map(str, runs), "--out", str(out), "--method", "linear", "--evaluate",
+                                 "--device", "cpu", "--json", "--report-to", "mlflow"])
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {out} is written, but --report-to could not report it: ConnectionError: could not reach the "
+            "tracking server (the scores are in the output and merge.json)") in result.stderr
+    assert "pages of detail" not in result.output + result.stderr
+    assert len(json.loads(result.stdout)["scores"]) == 2 and (out / "merge.json").is_file()
 
 
 class Recorder:
