@@ -127,13 +127,18 @@ def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
         if not metrics:
             continue
         if spec:
-            hub_split = "validation" if split == "dev" else split.replace("dev", "validation")
+            hub_split = _hub_split(split)
             dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": hub_split, "args": task}
         else:
             dataset = {"name": Path(recipe.task.dev_file or "dev").name, "type": "custom", "split": "dev"}
         results.append({"task": {"type": "text-classification", "name": "Text Classification"},
                         "dataset": dataset, "metrics": metrics})
     return results
+
+
+def _hub_split(split: str) -> str:
+    """A GLUE dev split as the Hub names it: dev -> validation, dev_matched -> validation_matched."""
+    return "validation" if split == "dev" else split.replace("dev", "validation")
 
 
 def _split_key(key: str, suffixes: list[str]) -> tuple[str, str]:
@@ -276,7 +281,9 @@ def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, A
     meta["library_name"] = "transformers"
     meta["tags"] = [*TAGS, "merge", f"merge-{method}"]
     if row is not None and kind is not None:
-        dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": "validation", "args": task}
+        # merge --evaluate scores the task's first dev split (MNLI: matched)
+        dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": _hub_split(spec.dev_splits[0]),
+                   "args": task}
         meta["model-index"] = [{"name": f"{out_name}-{output}", "results": [{
             "task": {"type": "text-classification", "name": "Text Classification"}, "dataset": dataset,
             "metrics": [{"type": kind[0], "value": round(float(row["merged"]), 6), "name": kind[1]}]}]}]

@@ -152,3 +152,16 @@ def test_a_readme_recall_did_not_write_is_kept(tmp_path):
     # Without a card (merge outputs, other callers) nothing is written.
     save_checkpoint(tmp_path, "plain", model, tokenizer)
     assert not (tmp_path / "plain" / "README.md").exists()
+
+
+def test_a_merge_card_names_the_dev_split_the_hub_knows():
+    """merge --evaluate scores a task's first dev split: MNLI's is validation_matched on the Hub."""
+    scores = [{"model": "m", "task": "mnli", "individual": 0.8, "merged": 0.75}]
+    text = card.merge_card(out_name="merged", output="m", method="linear", settings={}, inputs=[{"name": "m"}],
+                           source={"task": {"name": "mnli"}, "model": {"name_or_path": "bert-base-uncased"}},
+                           scores=scores, version="test")
+    [result] = ModelCard(text).data.eval_results
+    assert (result.dataset_split, result.metric_value) == ("validation_matched", 0.75)
+    text = card.merge_card(out_name="merged", output="m", method="linear", settings={}, inputs=[{"name": "m"}],
+                           source={"task": {"name": "rte"}}, scores=[{**scores[0], "task": "rte"}], version="test")
+    assert ModelCard(text).data.eval_results[0].dataset_split == "validation"
