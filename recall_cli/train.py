@@ -258,6 +258,9 @@ class _Loop:
         if problem is not None:
             if t.recipe.train.compile == "on":
                 raise CompileError(f"train.compile=on, but the compiled step failed: {problem} (set train.compile=off)")
+            if t.ctx.enabled:  # DDP's reducer may be half way through this backward: an eager retry would corrupt it
+                raise CompileError(f"the compiled step failed under DDP, where it cannot be retried eagerly: {problem} "
+                                   "(set train.compile=off)")
             self.fall_back(problem)
             return train_step(t, batches)
         self.shapes.add(lengths, time.perf_counter() - started)
