@@ -151,10 +151,11 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
-    step = compiled.plan_step(recipe, device, lengths=[len(ids) for ids in task.train.input_ids], total_steps=total_steps,
-                              done_steps=saved[0].get("step", 0) if saved is not None else 0,
-                              model_source=str(last) if last else None, world_size=ctx.world_size, recorded_precision=recorded,
-                              recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
+    step = compiled.plan_step(
+        recipe, device, lengths=[len(ids) for ids in task.train.input_ids], total_steps=total_steps,
+        done_steps=saved[0].get("step", 0) if saved is not None else 0, model_source=str(last) if last else None,
+        world_size=ctx.world_size, recorded_precision=recorded,
+        recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
     compile_mode, compile_reason, precision, why = step.mode, step.reason, step.precision, step.precision_reason
     checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
                                   precision=precision, world_size=ctx.world_size, resume=last is not None,
@@ -242,7 +243,8 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
     task_cfg = recipe.task
     buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
                       for ids in p.task.train.input_ids})
-    forward = compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode else ddp_model
+    forward = (compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode
+               else ddp_model)
     params = [q for q in model.parameters() if q.requires_grad]
     ctx.barrier()  # the run directory is ready before anyone goes on
     return Training(
@@ -252,8 +254,8 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
         compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
                                               shapes=list(state.compile_shapes), fallback=state.compile_fallback),
         check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
-        and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets, optimizer=optimizer, scaler=scaler,
-        autocast=autocast_for(p.precision, device), params=params,
+        and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets,
+        optimizer=optimizer, scaler=scaler, autocast=autocast_for(p.precision, device), params=params,
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
