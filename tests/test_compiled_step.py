@@ -389,3 +389,30 @@ def test_compiling_raises_dynamos_graph_limit_to_hold_every_length(monkeypatch):
     assert getattr(config, name) == 20
     compiled.compile_model(torch.nn.Linear(2, 2), CPU, lengths=2)
     assert getattr(config, name) == 20
+
+
+def test_under_ddp_a_failed_compile_stops_instead_of_retrying_eagerly(tiny_model_dir, tmp_path):
+    """auto's eager retry is for one process: under DDP the reducer may be half way through the failed
+    backward, so the step raises CompileError (exit 2) with the reason. The loop's own method, on a
+    set-up run whose process group is stood in for."""
+    import contextlib
+    import types
+
+    from recall_cli import rundir
+    from recall_cli.distributed import Distributed
+    from recall_cli.progress import Reporter
+    from recall_cli.recipe import recipe_from_dict
+    from recall_cli.train_setup import prepare, set_up
+
+    raw = tiny_recipe(tiny_model_dir, tmp_path / "run", probe={"enabled": False})
+    prepared = prepare(recipe_from_dict(raw, "ddp"), Distributed(), resume=False, overwrite=False, reporter=Reporter())
+    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+    batches, _ = train.micro_batches(t)
+    t.forward = failing_compile(t.model, CPU)
+    t.ctx = types.SimpleNamespace(enabled=True, no_sync=lambda model, skip: contextlib.nullcontext())
+    loop = object.__new__(train._Loop)
+    loop.t, loop.reporter, loop.shapes = t, Reporter(), compiled.ShapeLog(t.compile_record)
+    with pytest.raises(CompileError, match="the compiled step failed under DDP, where it cannot be retried eagerly: "
+                                           "RuntimeError: BackendCompilerFailed"):
+        loop.forward_backward(batches)
+    assert t.compile_record.fallback is None  # not recorded as a fallback: the run stops
