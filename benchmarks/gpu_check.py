@@ -24,8 +24,8 @@ writes gpu_report/report.md and gpu_report/report.json:
 
 A section that fails is recorded with its exit code and output tail, and the next one runs; the
 exit code is 1 if any failed. A section stopped at its limit keeps what it printed by then, and the
-MRPC section's extrapolation is computed from the train records its run had written. Without a GPU the tests run (and are skipped) and the GPU sections are
-recorded as skipped; --smoke runs every section on the CPU at toy sizes, to check the command itself.
+MRPC section's extrapolation is computed from the train records its run had written. Without a GPU
+the tests run (and are skipped) and the GPU sections are recorded as skipped; --smoke runs every section on the CPU at toy sizes, to check the command itself.
 """
 
 from __future__ import annotations

@@ -377,19 +377,18 @@ def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, total_steps: i
     spec = data.task_spec(recipe.task)
     features = data.tokenize(examples, tokenizer, recipe.task.max_seq_length)
     lengths = [len(ids) for ids in features.input_ids]
-    step_report = Preflight()
     try:  # a resumed run weighs the steps it has left; --dry-run counts the whole run
         plan = compiled.plan_step(recipe, device, lengths=lengths, total_steps=total_steps, world_size=world_size)
     except compiled.CompileError as exc:
-        step_report.add("step", "fail", str(exc), exc)
+        step = Check("step", "fail", str(exc), exc)
         precision = resolve_precision(tc.precision, device)
     else:
         how = "eager" if plan.mode is None else f"compiled ({plan.mode})"
-        step_report.add("step", "ok", f"{how} ({plan.reason}); {plan.precision} ({plan.precision_reason})")
+        step = Check("step", "ok", f"{how} ({plan.reason}); {plan.precision} ({plan.precision_reason})")
         precision = plan.precision
     report = run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
                         world_size=world_size, lengths=lengths)
-    report.checks[:0] = step_report.checks
+    report.checks.insert(0, step)  # first: the precision the other checks assume follows from it
     run_dir = recipe.output_dir
     if not resume:
         report.as_the_run("output_dir", lambda: rundir.check_new_run_dir(Path(run_dir), overwrite),

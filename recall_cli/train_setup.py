@@ -151,15 +151,16 @@ def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, rep
     tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
+    lengths = [len(ids) for ids in task.train.input_ids]
     step = compiled.plan_step(
-        recipe, device, lengths=[len(ids) for ids in task.train.input_ids], total_steps=total_steps,
+        recipe, device, lengths=lengths, total_steps=total_steps,
         done_steps=saved[0].get("step", 0) if saved is not None else 0, model_source=str(last) if last else None,
         world_size=ctx.world_size, recorded_precision=recorded,
         recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
     compile_mode, compile_reason, precision, why = step.mode, step.reason, step.precision, step.precision_reason
     checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
                                   precision=precision, world_size=ctx.world_size, resume=last is not None,
-                                  lengths=[len(ids) for ids in task.train.input_ids],
+                                  lengths=lengths,
                                   model_source=str(last) if last else None)
     checks.raise_on_failure()
     for check in checks.checks:

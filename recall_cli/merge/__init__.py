@@ -161,12 +161,7 @@ def run_merge(
     result = engine.merge(sources, fuser, out, anchors=anchors, record=record,
                           before_rename=score_staged if evaluate else None)
     if report_to:
-        try:
-            trackers.report_merge(report_to, result.out, result.record, scores if evaluate else None)
-        except Exception as exc:  # noqa: BLE001 - OUT is complete: a tracker that cannot start is a warning here
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            trackers.warn_on_stderr(f"{out} is written, but --report-to could not report it: {type(exc).__name__}: "
-                                    f"{first} (the scores are in the output and merge.json)")
+        trackers.report_merge(report_to, result.out, result.record, scores if evaluate else None)
     return Merged(result, sources, scores if evaluate else None)
 
 

@@ -272,10 +272,16 @@ MERGE_RECORD_SKIPPED = ("inputs", "outputs", "layers", "theta_star")
 def report_merge(names: Sequence[str], out: Path, record: dict[str, Any], scores: list[dict[str, Any]] | None) -> None:
     """A `recall merge` as one tracker run: merge.json's settings (and the inputs' names) as
     hyper-parameters; with --evaluate, each input's dev score alone and merged, and their averages,
-    as merge/<model>/individual, merge/<model>/merged, merge/average/... at step 0."""
+    as merge/<model>/individual, merge/<model>/merged, merge/average/... at step 0. OUT is written by
+    then: a tracker that cannot start is a warning, not a failed merge."""
     settings = {key: value for key, value in record.items() if key not in MERGE_RECORD_SKIPPED}
     settings["inputs"] = [item["name"] for item in record.get("inputs", [])]
-    trackers = open_merge_run(names, out, settings)
+    try:
+        trackers = open_merge_run(names, out, settings)
+    except Exception as exc:  # noqa: BLE001 - a login, an unreachable server: whatever the tracker raises
+        warn_on_stderr(f"{out} is written, but --report-to could not report it: {type(exc).__name__}: "
+                       f"{_first_line(exc)[:200]} (the scores are in the output and merge.json)")
+        return
     try:
         metrics: dict[str, float] = {}
         for row in scores or []:
