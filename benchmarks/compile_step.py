@@ -36,7 +36,7 @@ def measure(args) -> dict:
     import torch
 
     from bf16_cpu import build_model, cpu_bf16_report
-    from recall_cli.compiled import compile_model, mark_step
+    from recall_cli.training.compiled import compile_model, mark_step
     from recall_cli.optim import RecAdam
     from recall_cli.runtime import autocast_for
 

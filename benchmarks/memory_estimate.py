@@ -3,7 +3,7 @@
 Three child processes per case, each measured on its own (os.wait4 returns the child's own rusage,
 whose ru_maxrss is its peak resident set):
 
-- baseline: a process that imports torch, transformers and recall_cli.train, loads the tokenizer and
+- baseline: a process that imports torch, transformers and recall_cli.training.loop, loads the tokenizer and
   takes two training steps of a negligible model: the footprint preflight adds as `framework`
   (preflight.CPU_BASELINE_BYTES is set from it);
 - estimate: `recall finetune RECIPE --dry-run --json`, whose memory.total_bytes is the estimate;
@@ -39,7 +39,7 @@ MIB = 2**20
 # to count (autograd's engine, the CPU kernels' workspaces and thread pools come with the first step).
 BASELINE_CODE = """
 import torch
-import recall_cli.train
+import recall_cli.training.loop
 from recall_cli.model import load_tokenizer
 from transformers import BertConfig, BertForSequenceClassification
 load_tokenizer({model!r})

@@ -31,7 +31,7 @@ def main() -> None:
     from recall_cli import data
     from recall_cli.names import TASKS
     from recall_cli.recipe import TaskConfig
-    from recall_cli.train_setup import BatchOrder
+    from recall_cli.training.setup import BatchOrder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=32)

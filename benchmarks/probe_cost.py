@@ -27,7 +27,8 @@ from recall_cli import data
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.probes.runner import prober_for_run
 from recall_cli.recipe import load_recipe
-from recall_cli.train import BatchOrder, build_optimizer, load_task_data, plan_total_steps
+from recall_cli.data import BatchOrder
+from recall_cli.training.setup import build_optimizer, load_task_data, plan_total_steps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -147,7 +147,8 @@ def peak_memory_mb(device: str) -> float:
 
 def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False) -> dict:
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.train import Reporter, finetune
+    from recall_cli.training.loop import finetune
+    from recall_cli.training.progress import Reporter
 
     clock = StepClock()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .methods import method_labels
 from .names import OPTIMIZERS, PACKAGED_MODELS, TASKS
 
 CARD_FILE = "README.md"
@@ -161,7 +162,7 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     run = Path(recipe.output_dir)
     lines = [f"# {run.name}: {checkpoint}/", ""]
     start = "from its pretrained weights" if m.init == "pretrained" else "from a random initialisation of its architecture"
-    which = "the best dev score" if checkpoint == "best" else "the latest save"
+    which = {"best": "the best dev score", "lp": "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
     glue = "GLUE " if recipe.task.name in TASKS else ""
     lines += [(f"`{m.name_or_path}` fine-tuned on {glue}{task} {start} with {label}, by recall {version}. "
                f"This folder is step {step} of {total_steps} ({which}); recall wrote this card with its weights."), ""]
@@ -175,6 +176,8 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
                   f"| annealing | {o.anneal_fun}, w = {_g(o.anneal_w)} |"]
         if o.recall_floor > 0:
             lines.append(f"| floor (`recall_floor`) | {_g(o.recall_floor)} |")
+    for method in method_labels(recipe):
+        lines.append(f"| method | {method} |")
     lines += [f"| learning rate | {_g(o.lr)} |",
               f"| steps | {step} of {total_steps} |",
               f"| batch size | {t.batch_size} × {t.grad_accum} (per process × accumulation) |",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .errors import DataError  # noqa: F401 - raised here, importable from here
+from .errors import DataError
 from .names import TASKS
 
 

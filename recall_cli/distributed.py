@@ -25,6 +25,8 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from .errors import ExitCode
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -181,10 +183,10 @@ class SigtermFlag:
 # ---- launching torchrun for the user (`recall finetune --nproc N`) --------------------------------
 
 # Exit codes a worker chooses deliberately; anything else (a crash, a signal) makes the launcher exit 1.
-_PASSED_THROUGH = (2, 3, 143)
+_PASSED_THROUGH = (ExitCode.USAGE, ExitCode.DIVERGED, ExitCode.PREEMPTED)
 
 
-def launch(nproc: int, args: Sequence[str], preempted_code: int = 143) -> int:
+def launch(nproc: int, args: Sequence[str], preempted_code: int = ExitCode.PREEMPTED) -> int:
     """Run ``python -m recall_cli ARGS`` in ``nproc`` local processes under torchrun's elastic agent
     (what ``torchrun --standalone --nproc_per_node N`` does) and return the exit code to use: the
     workers' own code for usage errors, divergence and pre-emption, 1 for anything else."""
@@ -211,10 +213,10 @@ def launch(nproc: int, args: Sequence[str], preempted_code: int = 143) -> int:
         # Ranks stopped by the agent after the first failure die by signal; the cause is an exit code.
         exits = sorted((f.timestamp, f.exitcode) for f in err.failures.values() if f.exitcode >= 0)
         code = exits[0][1] if exits else 1
-        return code if code in _PASSED_THROUGH else 1
+        return code if code in _PASSED_THROUGH else ExitCode.FAILURE
     except SignalException as stop:
         # The agent passed the signal on to the workers and waited for them to exit. Only SIGTERM
         # makes them save last/ first; Ctrl-C (SIGINT) stops them as interrupted, without a save.
         if stop.sigval == signal.SIGTERM:
             return preempted_code
-        return 130 if stop.sigval == signal.SIGINT else 1
+        return ExitCode.INTERRUPTED if stop.sigval == signal.SIGINT else ExitCode.FAILURE

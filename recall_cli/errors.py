@@ -11,15 +11,25 @@ Torch-free and import-free: every module may import it, and `recall --help` stay
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_FAILURE = 1  # a bug: an error recall did not expect
-EXIT_USAGE = 2  # bad usage, recipe, data, model, run directory or record: nothing was written
-EXIT_DIVERGED = 3  # the loss became NaN/inf
-# The machine, not the input: disk full, permission denied, a read-only file system, a path that cannot be a folder.
-EXIT_ENVIRONMENT = 4
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
-# 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
-EXIT_PREEMPTED = 143
+from enum import IntEnum
+
+class ExitCode(IntEnum):
+    """recall's exit codes: the one table that errors, the CLI, sweep, the DDP launcher and every
+    command's help read."""
+
+    OK = 0
+    FAILURE = 1  # a bug: an error recall did not expect
+    USAGE = 2  # bad usage, recipe, data, model, run directory or record: nothing was written
+    DIVERGED = 3  # the loss became NaN/inf
+    # The machine, not the input: disk full, permission denied, a read-only file system, a path that cannot be a folder.
+    ENVIRONMENT = 4
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
+    PREEMPTED = 143
+
+
+# A stopped process: what finetune exits with after Ctrl-C, and after SIGTERM (it saves last/ first).
+STOPPED = (ExitCode.INTERRUPTED, ExitCode.PREEMPTED)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory "
@@ -32,7 +42,7 @@ EXIT_CODES_HELP = (
 class RecallError(Exception):
     """A problem the user can fix. ``str(error)`` is the line printed after ``error:``."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
     prefix = "error: "  # a pre-emption is not an error: it prints its own line
 
     def lines(self) -> list[str]:
@@ -113,7 +123,7 @@ class EnvironmentProblem(RecallError, RuntimeError):
     file or a dangling link where a folder must go. The message names the path and what to free or change;
     the writers stage and rename (rundir.staged_folder), so nothing is left half-written."""
 
-    exit_code = EXIT_ENVIRONMENT
+    exit_code = ExitCode.ENVIRONMENT
 
     @classmethod
     def from_os_error(cls, error: BaseException, path: object = None) -> "EnvironmentProblem | None":
@@ -154,7 +164,7 @@ class Terminated(KeyboardInterrupt):
 
 
 class TrainingDiverged(RecallError, RuntimeError):
-    exit_code = EXIT_DIVERGED
+    exit_code = ExitCode.DIVERGED
 
     def __init__(self, step: int, loss: float):
         self.step, self.loss = step, loss
@@ -167,7 +177,7 @@ class TrainingDiverged(RecallError, RuntimeError):
 class Preempted(RecallError, RuntimeError):
     """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""
 
-    exit_code = EXIT_PREEMPTED
+    exit_code = ExitCode.PREEMPTED
     prefix = ""
 
     def __init__(self, step: int, run_dir):

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import torch
 
-from .errors import ModelLoadError  # noqa: F401 - raised here, importable from here
+from .errors import ModelLoadError
 from torch import Tensor
 
 from .names import OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
-
 
 
 def quiet_transformers() -> None:
@@ -221,6 +220,24 @@ def load_config(name_or_path: str, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
     return _load("model config", AutoConfig.from_pretrained, name_or_path, trust_remote_code=trust_remote_code)
+
+
+# Models whose position ids start after the padding index (RoBERTa's offset): pad_token_id + 1 of
+# their max_position_embeddings are not usable positions.
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
+                     "roberta-prelayernorm", "mpnet", "ibert")
+
+
+def position_limit(config) -> int | None:
+    """How many tokens the model can place, or None for models without absolute positions."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    if getattr(config, "position_biased_input", True) is False:  # DeBERTa-v2/v3: relative positions only
+        return None
+    if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
+        limit -= (getattr(config, "pad_token_id", None) or 0) + 1
+    return limit
 
 
 # Architectures whose `classifier` head a sequence classifier would load: a head trained for some task.

@@ -103,6 +103,38 @@ def is_vanilla(name: object) -> bool:
     return entry is not None and not entry.anchored
 
 
+# ---- methods -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to forget less that is not an optimizer (recall_cli/methods/): it composes with any
+    optimizer.name. The step's loss is the task loss plus the terms of the methods a recipe turns on
+    (training/loss.py)."""
+
+    name: str
+    label: str  # how tables, figures and model cards name it: "embedding anchor 1.0", "LoRA r=8"
+    switch: str  # the recipe key that turns it on (0 = off)
+    keys: tuple[str, ...]  # every recipe key it reads
+    needs: str | None  # what of theta* it keeps during training: "features" (its pooled embeddings), or None
+    record_fields: tuple[str, ...]  # what it adds to a train record of metrics.jsonl
+    paper: str
+    cell: str  # a sweep cell's name prefix for its switch: keep1.0, lp100, r8
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("keep", "embedding anchor", "keep.embeddings",
+           ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule"), "features",
+           ("loss_task", "loss_keep", "keep_weight"),
+           "LwF (Li & Hoiem 2016); LDIFS (Mukhoti et al. 2023, arXiv 2308.13320)", "keep"),
+    Method("lp_ft", "LP-FT", "train.linear_probe_steps", ("train.linear_probe_steps",), None, (),
+           "Kumar et al. 2022, arXiv 2202.10054", "lp"),
+    Method("lora", "LoRA", "model.lora.r",
+           ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules"), None, (),
+           "Hu et al. 2021, arXiv 2106.09685; Biderman et al. 2024, arXiv 2405.09673", "r"),
+)}
+
+
 # ---- probes --------------------------------------------------------------------------------------
 
 
@@ -183,6 +215,10 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
     KeyAlias("train.epochs", None, "ep"),
     KeyAlias("train.batch_size", None, "bs"),
     KeyAlias("train.warmup_steps", None, "warmup"),
+    KeyAlias("keep.embeddings", "keep", "keep"),
+    KeyAlias("train.linear_probe_steps", "lp", "lp"),
+    KeyAlias("model.lora.r", "lora_r", "r"),
+    KeyAlias("model.lora.alpha", None, "alpha"),
     KeyAlias("record.merge", "merge", None),
     KeyAlias("record.weights", "weights", None),
     KeyAlias("record.with", "with", None),

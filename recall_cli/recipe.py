@@ -17,9 +17,19 @@ from typing import Any, Literal
 
 import yaml
 
-from .errors import RecipeError  # noqa: F401 - raised here, importable from here
+from .errors import RecipeError
 from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters through peft (Hu et al. 2021): r = 0 fine-tunes every weight."""
+
+    r: int = 0  # the adapters' rank; 0 = full fine-tuning
+    alpha: float = 16.0  # peft's lora_alpha: the update is scaled by alpha / r
+    dropout: float = 0.1  # peft's lora_dropout, on the adapters' input
+    # Names (or name suffixes) of the modules that get adapters; null = every linear layer of the encoder.
+    target_modules: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class ModelConfig:
     # and anchors it like the encoder, "new" always starts a fresh one. A head whose label count differs
     # from the task's is replaced whatever this says.
     head: Literal["auto", "keep", "new"] = "auto"
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,9 @@ class TrainConfig:
     eval_every: int = 0  # 0: evaluate at the end only
     save_every: int = 0  # 0: save at each evaluation and at the end
     keep_last: int = 0  # step-numbered checkpoints kept besides last/ and best/
+    # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
+    # keeps that point as lp/. 0 = off.
+    linear_probe_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,18 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class KeepConfig:
+    """The embedding anchor (methods/keep.py): a term that keeps the pooled sentence embedding of each
+    training example near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
+
+    embeddings: float = 0.0  # the term's weight; 0 = off
+    pooling: Literal["mean", "cls"] = "mean"  # mean: what the STS probe reads
+    distance: Literal["cosine", "mse", "gram"] = "cosine"
+    # constant, or recall: the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)
+    schedule: Literal["constant", "recall"] = "constant"
+
+
+@dataclass(frozen=True)
 class Recipe:
     model: ModelConfig
     task: TaskConfig
@@ -117,6 +143,8 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     # Runs written before probes existed have no probe section: they read as the defaults.
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # Runs written before the embedding anchor existed have no keep section: it is off.
+    keep: KeepConfig = field(default_factory=KeepConfig)
     output_dir: str = "runs/run"
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,16 +162,20 @@ SECTIONS: dict[str, type] = {
     "optimizer": OptimizerConfig,
     "train": TrainConfig,
     "probe": ProbeConfig,
+    "keep": KeepConfig,
 }
 REQUIRED_SECTIONS = ("model", "task")
 
 
 def all_keys() -> list[str]:
     """Every valid dotted key, for did-you-mean suggestions and documentation."""
-    keys = ["output_dir"]
-    for section, cls in SECTIONS.items():
-        keys += [f"{section}.{f.name}" for f in fields(cls)]
-    return keys
+    def of(prefix: str, cls: type) -> list[str]:
+        hints = typing.get_type_hints(cls)
+        return [key for f in fields(cls)
+                for key in (of(f"{prefix}.{f.name}", hints[f.name]) if dataclasses.is_dataclass(hints[f.name])
+                            else [f"{prefix}.{f.name}"])]
+
+    return ["output_dir"] + [key for section, cls in SECTIONS.items() for key in of(section, cls)]
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -288,6 +320,14 @@ def _build_section(name: str, cls: type, values: dict[str, Any], problems: list[
         if key not in known:
             problems.append(_unknown(f"{name}.{key}", [f"{name}.{k}" for k in known]))
             continue
+        if dataclasses.is_dataclass(hints[key]):  # a nested section (model.lora)
+            if not isinstance(value, dict):
+                problems.append(f"'{name}.{key}' must be a mapping of keys, got {type(value).__name__}")
+            else:
+                built = _build_section(f"{name}.{key}", hints[key], value, problems)
+                if built is not None:
+                    kwargs[key] = built
+            continue
         converted, error = _convert(value, hints[key])
         if error:
             problems.append(f"{name}.{key}: {error}")
@@ -339,15 +379,20 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
             return int(value), None
         return None, f"expected an integer, got {value!r}"
     if hint is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value), None
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             # YAML 1.1 reads 2e-5 (no dot) as a string; accept what is plainly a number.
             try:
-                return float(value), None
+                number = float(value)
             except ValueError:
                 pass
-        return None, f"expected a number, got {value!r}"
+        if number is None:
+            return None, f"expected a number, got {value!r}"
+        if not math.isfinite(number):  # .inf / .nan would reach the run as NaN weights or an endless run
+            return None, f"expected a finite number, got {value!r}"
+        return number, None
     if hint is str:
         return (value, None) if isinstance(value, str) else (None, f"expected a string, got {value!r}")
     raise TypeError(f"unsupported recipe field type {hint}")  # a bug in this module, not user input
@@ -401,9 +446,6 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     need(0 <= o.recall_floor <= o.anneal_w,
          f"optimizer.recall_floor: must be in [0, anneal_w = {o.anneal_w:g}] (a fraction of pretrain_cof; "
          f"0 is the paper's schedule), got {o.recall_floor}")
-    need(o.recall_floor == 0 or OPTIMIZERS[o.name].anchored,
-         f"optimizer.recall_floor: {o.name} has no recall penalty to put a floor under "
-         f"(use optimizer.name={'/'.join(n for n, e in OPTIMIZERS.items() if e.anchored)}, or recall_floor=0)")
     t0 = o.anneal_t0
     need((0 < t0 < 1) or (t0 >= 1 and float(t0).is_integer()),
          f"optimizer.anneal_t0: a step count (integer >= 1) or a fraction of the run in (0, 1), got {t0}")
@@ -436,6 +478,57 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
          f"(choose from {', '.join(TRACKERS)}, or none)")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
     problems += _check_probe(recipe.probe, check_files)
+    problems += _check_methods(recipe)
+    return problems
+
+
+# What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the
+# embedding anchor's weight follows the same schedule (keep.schedule=recall).
+RECALL_KEYS = ("anneal_fun", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof", "recall_floor")
+
+
+def unused_keys(recipe: Recipe) -> list[str]:
+    """Keys the recipe sets (away from their defaults) that this run does not read: RecAdam's under
+    adamw. Said once on the start line and in --dry-run, the same for every such key."""
+    o = recipe.optimizer
+    if OPTIMIZERS[o.name].anchored or (recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall"):
+        return []
+    default = OptimizerConfig()
+    return [f"optimizer.{key}" for key in RECALL_KEYS if getattr(o, key) != getattr(default, key)]
+
+
+def _check_methods(recipe: Recipe) -> list[str]:
+    """The methods' keys (names.METHODS): each alone, and the combinations that mean nothing."""
+    problems: list[str] = []
+    k, lora, tr, o = recipe.keep, recipe.model.lora, recipe.train, recipe.optimizer
+    if k.embeddings < 0:
+        problems.append(f"keep.embeddings: the anchor's weight must be >= 0 (0 = off), got {k.embeddings}")
+    if k.embeddings > 0 and recipe.model.init == "random":
+        problems.append("keep.embeddings: a random-init run has no pretrained function to keep "
+                        "(set model.init=pretrained, or keep.embeddings=0)")
+    if tr.linear_probe_steps < 0:
+        problems.append(f"train.linear_probe_steps: must be >= 0 (0 = off), got {tr.linear_probe_steps}")
+    elif tr.max_steps is not None and tr.linear_probe_steps >= tr.max_steps:
+        problems.append(f"train.linear_probe_steps: {tr.linear_probe_steps} head-only steps leave none of the run's "
+                        f"{tr.max_steps} to fine-tune (set it below train.max_steps)")
+    if lora.r < 0:
+        problems.append(f"model.lora.r: the adapters' rank must be >= 0 (0 = full fine-tuning), got {lora.r}")
+    if lora.alpha <= 0:
+        problems.append(f"model.lora.alpha: must be > 0, got {lora.alpha}")
+    if not 0 <= lora.dropout < 1:
+        problems.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
+    if lora.target_modules is not None and not [m for m in lora.target_modules if m.strip()]:
+        problems.append("model.lora.target_modules: name at least one module, or null for every linear layer")
+    if lora.r > 0:
+        if OPTIMIZERS[o.name].anchored:
+            problems.append(f"model.lora.r: {o.name}'s pull toward theta* has nothing to act on under LoRA (the "
+                            "pretrained weights stay frozen and the adapters start at zero): use optimizer.name=adamw")
+        if recipe.model.init == "random":
+            problems.append("model.lora.r: adapters on a random-init model train a random encoder's few weights "
+                            "(set model.init=pretrained, or model.lora.r=0)")
+        if tr.linear_probe_steps > 0:
+            problems.append("train.linear_probe_steps: LP-FT with LoRA is not supported yet "
+                            "(set train.linear_probe_steps=0, or model.lora.r=0)")
     return problems
 
 

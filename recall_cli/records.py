@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from . import rundir
-from .errors import RecordError  # noqa: F401 - raised here, importable from here
+from .errors import RecordError
 from .names import OPTIMIZERS
 from .rundir import RECORD_SECTION, Located, Summary
 # Record keys that name files: they differ per seed and must not split a setting into one row per run

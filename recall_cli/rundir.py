@@ -38,6 +38,7 @@ ANCHOR_FILE = "anchor.safetensors"
 TRAINER_STATE_FILE = "trainer_state.json"  # in last/: its presence marks a complete checkpoint
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng_state.pt"
+LP_DIR = "lp"  # LP-FT: the head fitted on the frozen encoder (train.linear_probe_steps)
 MODEL_CONFIG_FILE = "config.json"  # what makes a folder a save_pretrained checkpoint
 MERGE_RECORD = "merge.json"
 # A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
@@ -167,6 +168,9 @@ class Summary:
     world_size: int | None = None
     global_batch_size: int | None = None
     final_distance_by_rank: list[float] | None = None  # under torchrun
+    # The methods the run turned on (methods.method_block): names, labels, settings, the anchor's
+    # pre-pass; None (not written) for plain fine-tuning and for runs made before methods existed.
+    method: dict[str, Any] | None = None
     record: bool = False  # scored records: what was scored, against which theta*
     checkpoint: str | None = None
     against: str | None = None

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from .errors import DeviceError  # noqa: F401 - raised here, importable from here
+from .errors import DeviceError
 
 
 

@@ -26,22 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import SweepError  # noqa: F401 - raised here, importable from here
+from .errors import STOPPED, RecipeError, SweepError, Terminated
 from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
-from .recipe import RecipeError, TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
+from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
 
 
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
-STOPPED_CODES = (130, 143)  # finetune after Ctrl-C, and after SIGTERM (it saves last/ first)
-
-
-
-class Terminated(KeyboardInterrupt):
-    """The sweep got SIGTERM (a scheduler pre-empting it): stopped like Ctrl-C, reported as 143."""
 
 
 @dataclass(frozen=True)
@@ -421,7 +415,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                 cell.exit_code, cell.seconds = code, time.monotonic() - job.started
                 summary = read_summary(cell.path) if code == 0 else None
                 cell.main = summary.final_main if summary is not None else None
-                cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED_CODES else FAILED)
+                cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
                 cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
                 finished_count += cell.state == FINISHED
                 result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"

@@ -15,7 +15,8 @@ from huggingface_hub import ModelCard
 from typer.testing import CliRunner
 
 from recall_cli import card
-from recall_cli.checkpoint import read_metrics, save_checkpoint
+from recall_cli.rundir import read_metrics
+from recall_cli.training.checkpoint import save_checkpoint
 from recall_cli.cli import app
 from recall_cli.recipe import recipe_from_dict
 from recall_cli.testing import tiny_bert, wordpiece_tokenizer

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import typer
 
-from recall_cli.cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, run_guarded
+from recall_cli.cli.common import run_guarded
+from recall_cli.errors import ExitCode
 
 
 def interrupt():
@@ -15,7 +16,7 @@ def interrupt():
 def test_ctrl_c_in_finetune_says_how_to_resume(capsys):
     with pytest.raises(typer.Exit) as stopped:
         run_guarded(interrupt)
-    assert stopped.value.exit_code == EXIT_INTERRUPTED == 130
+    assert stopped.value.exit_code == ExitCode.INTERRUPTED == 130
     assert capsys.readouterr().err.strip() == "interrupted: continue with `recall finetune --resume OUTPUT_DIR`"
 
 
@@ -34,7 +35,7 @@ def test_unknown_error_is_one_line_with_exit_1(capsys, monkeypatch):
 
     with pytest.raises(typer.Exit) as stopped:
         run_guarded(boom)
-    assert stopped.value.exit_code == EXIT_FAILURE == 1
+    assert stopped.value.exit_code == ExitCode.FAILURE == 1
     assert capsys.readouterr().err.strip() == (
         "error: ZeroDivisionError: division by zero (set RECALL_DEBUG=1 for the traceback)")
 
@@ -133,7 +134,7 @@ def test_merge_options_not_given_still_reach_the_method_as_none():
     """--help shows the method's default, but an option left out is still "not given" (None)."""
     import inspect
 
-    from recall_cli.cli_merge import merge
+    from recall_cli.cli.merge import merge
 
     parameters = inspect.signature(merge).parameters
     assert parameters["clusters"].default is None and parameters["seed"].default == 0
@@ -179,7 +180,7 @@ def test_a_stdout_that_is_not_unicode_prints_ascii_instead_of_crashing():
     import sys
 
     env = {**__import__("os").environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
-    code = ("import sys; from recall_cli.console import printable_streams, out_console; printable_streams(); "
+    code = ("import sys; from recall_cli.cli.console import printable_streams, out_console; printable_streams(); "
             "out_console.print('λ=0.5 θ* – ±'); print('‖θ − θ*‖')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import compiled, train
+from recall_cli.training import compiled, loop as train
 from recall_cli.cli import app
 from recall_cli.data import collate, padded_length, tokenize, load_split
 from recall_cli.errors import CompileError
@@ -127,7 +127,7 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
 
     from recall_cli.data import BatchOrder
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.train_setup import load_task_data
+    from recall_cli.training.setup import load_task_data
 
     recipe = recipe_from_dict(sst2_recipe(still_model, tmp_path / "run", train={"max_steps": 30, "grad_accum": 2}), "t")
     task = load_task_data(recipe, AutoTokenizer.from_pretrained(still_model))
@@ -159,9 +159,9 @@ def test_dry_run_says_how_the_step_will_run_and_fails_as_the_run_would(tiny_mode
 def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model_dir, tmp_path, monkeypatch):
     """The set-up's wiring, with CUDA faked up to the decision: a 12-step run stays eager (and so
     fp32), a long one compiles (and so bf16); nothing is written either way."""
-    from recall_cli import preflight, train_setup
+    from recall_cli.training import preflight, setup as train_setup
     from recall_cli.distributed import Distributed
-    from recall_cli.progress import Reporter
+    from recall_cli.training.progress import Reporter
     from recall_cli.recipe import recipe_from_dict
 
     monkeypatch.setattr(train_setup, "resolve_device", lambda name, rank=None: torch.device("cuda"))
@@ -400,9 +400,9 @@ def test_under_ddp_a_failed_compile_stops_instead_of_retrying_eagerly(tiny_model
 
     from recall_cli import rundir
     from recall_cli.distributed import Distributed
-    from recall_cli.progress import Reporter
+    from recall_cli.training.progress import Reporter
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.train_setup import prepare, set_up
+    from recall_cli.training.setup import prepare, set_up
 
     raw = tiny_recipe(tiny_model_dir, tmp_path / "run", probe={"enabled": False})
     prepared = prepare(recipe_from_dict(raw, "ddp"), Distributed(), resume=False, overwrite=False, reporter=Reporter())

@@ -9,7 +9,7 @@ import io
 import pytest
 from rich.console import Console
 
-from recall_cli.console import PlainReporter, RichReporter, fit_fields, format_record, print_table
+from recall_cli.cli.console import PlainReporter, RichReporter, fit_fields, format_record, print_table
 
 RECORD = {"step": 40, "split": "train", "epoch": 0.019, "loss": 0.6789, "lr": 4.025e-05, "lambda": 0.982,
           "distance": 0.5781, "grad_norm": 0.5585, "samples_per_s": 55.25}

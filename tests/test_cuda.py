@@ -19,8 +19,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from recall_cli import train
-from recall_cli.checkpoint import read_metrics
+from recall_cli.training import loop as train
+from recall_cli.training.progress import Reporter
+from recall_cli.rundir import read_metrics
 from recall_cli.optim import RecAdam
 from recall_cli.recipe import recipe_from_dict
 
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.cuda,
 DEVICE = "cuda"
 
 
-class StopAfter(train.Reporter):
+class StopAfter(Reporter):
     """Interrupts the run after `step` (as Ctrl-C would), once that step's checkpoint is written."""
 
     def __init__(self, step: int | None):
@@ -152,7 +153,7 @@ def test_auto_compiles_with_cuda_graphs_on_buckets_and_trains_as_the_eager_step(
     before it is trusted, a few shapes, bf16 chosen for it; and the run ends where an eager bf16 run
     ends, within what bf16 and CUDA's non-deterministic kernels allow. (A 24-step run would not pay
     for its compiles: the estimate's compile time is set to 0 here.)"""
-    from recall_cli import compiled
+    from recall_cli.training import compiled
 
     monkeypatch.setattr(compiled, "COMPILE_SECONDS_PER_LENGTH", 0.0)
     def run(name: str, compile_setting: str) -> dict:
@@ -183,9 +184,9 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
     pytorch #169545, what compiled.own_gradients guards against), fp32 and no dropout."""
     from recall_cli import rundir
     from recall_cli.distributed import Distributed
-    from recall_cli.progress import Reporter
+    from recall_cli.training.progress import Reporter
     from recall_cli.testing import tiny_bert_dir
-    from recall_cli.train_setup import prepare, set_up
+    from recall_cli.training.setup import prepare, set_up
 
     model_dir = tiny_bert_dir(tmp_path / "still", seed=1234, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     raw = tiny_recipe(model_dir, tmp_path / "run", task={"pad_to_multiple_of": 16}, probe={"enabled": False},

@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli.checkpoint import read_metrics
+from recall_cli.rundir import read_metrics
 from recall_cli.cli import app
 from recall_cli.distributed import shard
 from recall_cli.testing import tiny_bert_dir

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from recall_cli.cli import app
-from recall_cli.checkpoint import read_metrics
+from recall_cli.rundir import read_metrics
 
 from conftest import GLUE, tiny_recipe, write_recipe
 

@@ -279,7 +279,7 @@ def test_record_and_finetune_outputs_are_checked_before_the_work(runs, tiny_mode
 def test_an_os_error_of_the_environment_is_one_line_at_the_boundary(capsys):
     import typer
 
-    from recall_cli.cli_common import run_guarded
+    from recall_cli.cli.common import run_guarded
 
     def read_only():
         raise OSError(errno.EROFS, "Read-only file system", "/data/runs/.m.tmp-ab12/a/config.json")

@@ -18,7 +18,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli.checkpoint import find_checkpoint, read_metrics
+from recall_cli.rundir import find_checkpoint, read_metrics
 from recall_cli.cli import app
 
 from conftest import tiny_recipe, write_recipe

@@ -11,8 +11,9 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import checkpoint, preflight
+from recall_cli.training import checkpoint, preflight
 from recall_cli.cli import app
+from recall_cli import model
 from recall_cli.model import build_model
 from recall_cli.recipe import ModelConfig, recipe_from_dict
 from recall_cli.testing import save_with_tokenizer, tiny_bert
@@ -225,4 +226,4 @@ def test_position_limit_minds_the_roberta_offset(model_type, positions, pad, lim
     from transformers import AutoConfig
 
     config = AutoConfig.for_model(model_type, max_position_embeddings=positions, pad_token_id=pad)
-    assert preflight.position_limit(config) == limit
+    assert model.position_limit(config) == limit

@@ -14,7 +14,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from recall_cli.checkpoint import read_metrics
+from recall_cli.rundir import read_metrics
 from recall_cli.cli import app
 from recall_cli.probes import (Prober, debiased_cka, drift, linear_cka, load_inputs, load_mlm_head, mean_pool,
                                unbiased_hsic)

@@ -13,7 +13,8 @@ import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import checkpoint, rundir
+from recall_cli.training import checkpoint
+from recall_cli import rundir
 from recall_cli.cli import app
 
 from conftest import tiny_recipe, write_recipe
@@ -37,9 +38,9 @@ def short_run(tiny_model_dir, tmp_path):
 def test_resume_of_a_run_killed_before_its_first_files_were_written(short_run):
     """Killed after config.yaml and metrics.jsonl, before theta* and any checkpoint: --resume starts over."""
     for path in short_run.iterdir():
-        if path.name not in (checkpoint.CONFIG_FILE, checkpoint.METRICS_FILE):
+        if path.name not in (rundir.CONFIG_FILE, rundir.METRICS_FILE):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    (short_run / checkpoint.METRICS_FILE).write_text("")
+    (short_run / rundir.METRICS_FILE).write_text("")
     result = finetune("--resume", str(short_run))
     assert result.exit_code == 0, result.output
     summary = json.loads((short_run / "summary.json").read_text())
@@ -122,10 +123,10 @@ def test_swap_when_only_the_old_checkpoint_survived_a_kill(tmp_path):
     old = tmp_path / "last.old"
     old.mkdir()
     (old / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 5}')
-    assert checkpoint.find_checkpoint(tmp_path) == old
+    assert rundir.find_checkpoint(tmp_path) == old
     with rundir.staged_folder(tmp_path / "last") as staging:
         (staging / checkpoint.TRAINER_STATE_FILE).write_text('{"step": 10}')
-    assert checkpoint.find_checkpoint(tmp_path) == tmp_path / "last"
+    assert rundir.find_checkpoint(tmp_path) == tmp_path / "last"
     assert json.loads((tmp_path / "last" / checkpoint.TRAINER_STATE_FILE).read_text()) == {"step": 10}
     assert not old.exists() and not staging.exists()
 
@@ -135,7 +136,7 @@ def test_stale_staging_folders_are_removed_from_checkpoints_too(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / ".step-7.tmp-xyz").mkdir()
     (tmp_path / "checkpoints" / "step-5").mkdir()
-    checkpoint.remove_stale_staging(tmp_path)
+    rundir.remove_stale_staging(tmp_path)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["checkpoints", "step-5"]
 
 

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from recall_cli.cli import app
-from recall_cli.sweep import SweepError, cell_names, child_env, parse_grid, split_values
+from recall_cli.errors import SweepError
+from recall_cli.sweep import cell_names, child_env, parse_grid, split_values
 
 from conftest import tiny_recipe, write_recipe
 

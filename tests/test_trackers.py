@@ -15,11 +15,11 @@ from conftest import make_run, tiny_recipe, write_recipe
 from typer.testing import CliRunner
 
 from recall_cli import trackers
-from recall_cli.checkpoint import read_metrics
+from recall_cli.rundir import read_metrics
 from recall_cli.cli import app
-from recall_cli.progress import Reporter
+from recall_cli.training.progress import Reporter
 from recall_cli.recipe import flatten, load_recipe
-from recall_cli.train import finetune
+from recall_cli.training.loop import finetune
 
 runner = CliRunner()
 ALL = ["tensorboard", "mlflow", "wandb"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recall_cli import compiled, rundir
+from recall_cli.training import compiled
+from recall_cli import rundir
 from recall_cli.distributed import Distributed
-from recall_cli.progress import Reporter
+from recall_cli.training.progress import Reporter
 from recall_cli.recipe import recipe_from_dict
-from recall_cli.train import micro_batches, optimizer_step, train_step
-from recall_cli.train_setup import prepare, set_up
+from recall_cli.training.loop import micro_batches, optimizer_step, train_step
+from recall_cli.training.setup import prepare, set_up
 
 from conftest import tiny_recipe
 
@@ -47,7 +48,7 @@ def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(train
     # The same micro-batches with the same dropout draws, by hand: the mean of the two micro-batch losses.
     torch.set_rng_state(rng)
     with torch.no_grad():
-        by_hand = sum(training.model(**batch).loss for batch, _ in batches) / 2
+        by_hand = sum(training.model(**batch).loss for batch, *_ in batches) / 2
     assert loss.item() == pytest.approx(by_hand.item(), rel=1e-6)
     assert all(p.grad is not None for p in training.params)
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import DeviceError, MergeError
+from ..errors import DeviceError, ExitCode, MergeError
 from .base import MergeMethod, MethodSpec, Option
 from .linear import Linear
 from .recall import Recall
@@ -172,7 +172,7 @@ def _evaluating(out: Path, score):
     try:
         return score()
     except RecallError as exc:
-        if exc.exit_code != 2:
+        if exc.exit_code != ExitCode.USAGE:
             raise
         raise MergeError(f"--evaluate: {exc} (nothing was written to {out}: fix this, or merge without --evaluate)") from exc
 

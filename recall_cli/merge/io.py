@@ -24,8 +24,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .. import rundir
-from ..errors import MergeError  # noqa: F401 - raised here, importable from here
-from ..model import ModelLoadError, resolve_name_or_path, unreadable_weights
+from ..errors import MergeError, ModelLoadError
+from ..model import resolve_name_or_path, unreadable_weights
 from ..rundir import locate
 
 WEIGHTS_FILE = "model.safetensors"

@@ -28,7 +28,8 @@ from torch import Tensor
 
 from .. import names
 from . import measures
-from .sets import PairSet, ProbeError, load_pairs, load_texts
+from ..errors import ProbeError
+from .sets import PairSet, load_pairs, load_texts
 
 PROBES = names.PROBE_NAMES  # names.PROBES says what each one reads and the measures it writes
 MASK_RATE = 0.15

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ProbeError  # noqa: F401 - raised here, importable from here
+from ..errors import ProbeError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_TEXTS = DATA / "probe" / "texts.txt"

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from ..preflight import position_limit
+from ..model import position_limit
 from .runner import Prober, check_size, load_inputs, load_mlm_head
-from .sets import ProbeError
+from ..errors import ProbeError
 
 
 @dataclass(frozen=True)

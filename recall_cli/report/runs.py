@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..errors import ReportError  # noqa: F401 - raised here, importable from here
+from ..errors import ReportError
 from ..names import SHORT_KEYS, is_vanilla
 from ..records import RECORD_PATH_KEYS
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked

@@ -21,16 +21,19 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, compiled, data, preflight, rundir, trackers
-from .data import BatchOrder  # the run's data order (re-exported: train.BatchOrder)
-from .distributed import Distributed
-from .names import OPTIMIZERS
-from .model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
-from .optim import RecAdam
-from .probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
+from . import checkpoint, compiled, methods, preflight
+from .. import data, rundir, trackers
+from ..data import BatchOrder
+from ..distributed import Distributed
+from ..names import OPTIMIZERS
+from ..model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
+from ..optim import RecAdam
+from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from .progress import Reporter, empty_window
-from .recipe import Recipe, dump_recipe, schedule_warnings
-from .runtime import autocast_for, precision_of_saved_run, resolve_device, seed_everything
+from ..recipe import Recipe, dump_recipe, schedule_warnings
+from ..runtime import autocast_for, precision_of_saved_run, resolve_device, seed_everything
+from ..methods import lpft
+from .loss import Term
 
 
 @dataclass
@@ -215,6 +218,10 @@ class Training:
     pad_id: int
     eval_batch: int  # per process, like batch_size
     resumed: bool  # continues from last/ (no step-0 probe)
+    terms: list[Term] = field(default_factory=list)  # the methods' loss terms (training/loss.py)
+    head_only: bool = False  # LP-FT's head phase: the encoder is frozen until train.linear_probe_steps
+    method_info: dict[str, str] = field(default_factory=dict)  # the start line's words on the methods
+    part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
 
 
 def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: bool, overwrite: bool) -> Training:
@@ -237,16 +244,21 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
     prober = prober_for_run(recipe, model, anchors, p.tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
     for note in prober.notes if prober else ():
         reporter.warn(note)
+    terms, method_info = _build_terms(p, model, anchors, pad_id, reporter)
+    params = [q for q in model.parameters() if q.requires_grad]
 
     state = _restore_or_start(p, optimizer, scaler, anchors, new_dir, resume, overwrite)
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
+    # LP-FT: frozen before DDP and torch.compile see the model (the loop unfreezes it after the phase).
+    head_only = lpft.in_probe_phase(state.step, tc.linear_probe_steps)
+    if head_only:
+        lpft.freeze_encoder(model)
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     task_cfg = recipe.task
     buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
                       for ids in p.task.train.input_ids})
     forward = (compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode
                else ddp_model)
-    params = [q for q in model.parameters() if q.requires_grad]
     ctx.barrier()  # the run directory is ready before anyone goes on
     return Training(
         recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
@@ -260,7 +272,24 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
+        terms=terms, head_only=head_only, method_info=method_info,
     )
+
+
+def _build_terms(p: Prepared, model, theta_star, pad_id: int, reporter: Reporter) -> tuple[list[Term], dict[str, str]]:
+    """The methods' loss terms, built before the run directory is written (the anchor's pre-pass is the
+    slow part: a stop during it leaves nothing behind)."""
+    recipe = p.recipe
+    if recipe.keep.embeddings <= 0:
+        return [], {}
+    tc = recipe.train
+    reporter.note("embedding anchor: computing theta*'s embeddings of the training examples…")
+    anchor, plan, seconds = methods.build_anchor(
+        recipe, model, theta_star, p.task.train, total_steps=p.total_steps, device=p.device,
+        autocast=autocast_for(p.precision, p.device), pad_id=pad_id,
+        batch_size=tc.eval_batch_size or 2 * tc.batch_size, fresh=p.saved is None)
+    info = {"anchor": plan.line + (f", pre-pass {seconds:.1f} s" if plan.cached else "")}
+    return [anchor], info
 
 
 def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.NewRunDir, resume: bool,

@@ -48,6 +48,13 @@ def add_sums(window: dict[str, float], sums: dict[str, float]) -> None:
     nothing about training: it is counted in "skipped" and left out of "grad_norm" and "stepped"."""
     for key in ("loss", "grad_norm", "stepped", "skipped"):
         window[key] += sums[key]
+    for key in method_parts(sums):  # the methods' loss parts: loss_task, loss_keep
+        window[key] = window.get(key, 0.0) + sums[key]
+
+
+def method_parts(values: dict[str, Any]) -> list[str]:
+    """The loss parts a window or record holds besides the total (training/loss.py names them loss_<term>)."""
+    return sorted(key for key in values if key.startswith("loss_"))
 
 
 def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, float | int | None]:
@@ -59,19 +66,27 @@ def window_fields(window: dict[str, float], scaler_enabled: bool) -> dict[str, f
     }
     if scaler_enabled:
         fields["skipped_steps"] = int(window["skipped"])
+    for key in method_parts(window):
+        fields[key] = window[key] / window["steps"]
     return fields
 
 
 def train_record(step: int, epoch: float, lr: float, lam: float | None, distance: float,
-                 window: dict[str, float], scaler_enabled: bool, penalty_weight: float | None = None) -> dict[str, Any]:
+                 window: dict[str, float], scaler_enabled: bool, penalty_weight: float | None = None,
+                 method_fields: dict[str, float] | None = None) -> dict[str, Any]:
     """One "train" line of metrics.jsonl, in its documented key order. ``penalty_weight`` (the recall
-    penalty's weight, max(anneal_w - lambda, floor)) is written by runs with a recall_floor."""
+    penalty's weight, max(anneal_w - lambda, floor)) is written by runs with a recall_floor; the loss
+    parts (loss_task, loss_keep: each term unweighted) and ``method_fields`` (keep_weight) by runs with
+    a method that adds a loss term."""
     averages = window_fields(window, scaler_enabled)
+    parts = {key: averages.pop(key) for key in method_parts(averages)}
     return {
         "step": step,
         "split": "train",
         "epoch": epoch,
         "loss": averages.pop("loss"),
+        **parts,
+        **(method_fields or {}),
         "lr": lr,
         "lambda": 1.0 if lam is None else lam,
         **({} if penalty_weight is None else {"penalty_weight": penalty_weight}),

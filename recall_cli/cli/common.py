@@ -20,19 +20,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .errors import (  # noqa: F401 - the exit codes, re-exported for the command modules
-    EXIT_CODES_HELP,
-    EXIT_DIVERGED,
-    EXIT_ENVIRONMENT,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PREEMPTED,
-    EXIT_USAGE,
-    EnvironmentProblem,
-    Terminated,
-    exit_code_of,
-)
+from ..errors import ExitCode, EnvironmentProblem, Terminated, exit_code_of
 
 # ---- --help ---------------------------------------------------------------------------------------
 
@@ -188,7 +176,7 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
         raise
     except KeyboardInterrupt as stop:
         hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
-        what, code = ("stopped by SIGTERM", EXIT_PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", EXIT_INTERRUPTED)
+        what, code = ("stopped by SIGTERM", ExitCode.PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", ExitCode.INTERRUPTED)
         typer.echo(what + (f": {hint}" if hint else ""), err=True)
         raise typer.Exit(code)
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
@@ -199,7 +187,7 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
         code = exit_code_of(exc)
         if code is None:
             where = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""
-            fail(f"{where}{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", EXIT_FAILURE)
+            fail(f"{where}{type(exc).__name__}: {exc} (set RECALL_DEBUG=1 for the traceback)", ExitCode.FAILURE)
         if rank > 0:
             # Give rank 0, failing the same way, time to print before torchrun stops the other workers.
             time.sleep(1.0)
@@ -210,11 +198,11 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
 
 def check_device(device: str) -> None:
     """--device: auto, cpu or cuda, and cuda only where a CUDA device is visible (DeviceError, exit 2)."""
-    from .errors import DeviceError
+    from ..errors import DeviceError
 
     if device not in ("auto", "cpu", "cuda"):
         raise DeviceError(f"--device {device}: choose auto, cpu or cuda")
-    from .runtime import resolve_device
+    from ..runtime import resolve_device
 
     resolve_device(device, option="--device")
 

@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE, fail, run_guarded
+from ..errors import ExitCode
+from .common import fail, run_guarded
 
 SWEEP_EXIT_CODES = (
     "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
@@ -67,7 +68,8 @@ def sweep(
     """Run a grid of recall finetune runs x seeds; re-running skips finished cells and resumes interrupted ones."""
 
     def go() -> None:
-        from .sweep import Terminated, parse_seeds, plan_sweep, print_commands as commands, run_sweep
+        from ..errors import Terminated
+        from ..sweep import parse_seeds, plan_sweep, print_commands as commands, run_sweep
 
         target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
         plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
@@ -84,10 +86,10 @@ def sweep(
             failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
         except KeyboardInterrupt as stop:
             typer.echo("interrupted: run the same recall sweep command again to resume", err=True)
-            raise typer.Exit(EXIT_PREEMPTED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+            raise typer.Exit(ExitCode.PREEMPTED if isinstance(stop, Terminated) else ExitCode.INTERRUPTED)
         if failed:
             names = ", ".join(f"{c.name} (exit {c.exit_code}, log {target / 'logs' / (c.name + '.log')})" for c in failed)
-            fail(f"{len(failed)} of {len(plan.cells)} cells failed: {names}", EXIT_FAILURE)
+            fail(f"{len(failed)} of {len(plan.cells)} cells failed: {names}", ExitCode.FAILURE)
         typer.echo(f"sweep: all {len(plan.cells)} cells finished; compare them with: recall compare {target}")
 
     _guarded(go)
@@ -112,15 +114,15 @@ def forgetting(
     def go() -> None:
         import json
 
-        from . import report
-        from .report import probe_tables
-        from .report.plots import forgetting_figure
-        from .report.probe_plots import probe_figure
+        from .. import report
+        from ..report import probe_tables
+        from ..report.plots import forgetting_figure
+        from ..report.probe_plots import probe_figure
 
         folders = [*(run_dirs or []), *(run_dir or [])]
         if not folders:
             fail("give the runs: recall forgetting RUN_DIR... (run directories or folders of them; --run-dir DIR "
-                 "is the same)", EXIT_USAGE)
+                 "is the same)", ExitCode.USAGE)
         runs = report.load_runs(folders, warn=_warn)
         groups = report.forgetting_groups(runs, label)
         # Runs with probe records get a second figure beside the first: forgetting in function space.
@@ -166,7 +168,7 @@ def compare(
     """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages."""
 
     def go() -> None:
-        from . import report
+        from .. import report
 
         if fmt not in report.FORMATS:
             raise report.ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_common import JsonOpt, dumps_json, run_guarded
-from .merge import METHODS, Option, known_options
+from .common import JsonOpt, dumps_json, run_guarded
+from ..merge import METHODS, Option, known_options
 
 MERGE_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: fewer than two models, a missing folder, models of "
@@ -49,7 +49,7 @@ def merge(
     """
 
     def go() -> None:
-        from . import merge as m
+        from .. import merge as m
 
         given = {name: method_options[_parameter_name(name)] for name in known_options()}
         merged = m.run_merge(models, out, method, given, device=device, evaluate=evaluate, report_to=report_to or ())

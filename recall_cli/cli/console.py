@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Column
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .progress import Reporter
+from ..training.progress import Reporter
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
@@ -281,7 +281,7 @@ def printable_streams() -> None:
 
 def make_reporter(plain: bool | None = None) -> Reporter:
     """Rich on a TTY, plain lines otherwise; under torchrun ranks other than 0 report nothing."""
-    from .distributed import env_rank
+    from ..distributed import env_rank
 
     if env_rank() != 0:
         return Reporter()

@@ -19,22 +19,25 @@ from typing import Any
 
 import torch
 
-from . import __version__, card, checkpoint, compiled, data, rundir, trackers
-from .distributed import Distributed, SigtermFlag, shard
-from .errors import CompileError, Preempted, TrackerError, TrainingDiverged
-from .evaluate import score
-from .names import OPTIMIZERS
-from .optim import distance_to_anchor
-from .probes.runner import record_at
+from .. import __version__, card, data, rundir, trackers
+from . import checkpoint, compiled
+from ..distributed import Distributed, SigtermFlag, shard
+from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
+from ..evaluate import score
+from ..names import OPTIMIZERS
+from ..optim import distance_to_anchor
+from ..probes.runner import record_at
 from .progress import Reporter, add_step, add_sums, empty_window, train_record
-from .recipe import Recipe
-from .runtime import autocast_for
+from ..recipe import Recipe, unused_keys
+from ..runtime import autocast_for
 from .schedule import linear_warmup_decay
-from .train_setup import BatchOrder, Training, TrainerState, build_optimizer, load_task_data, plan_total_steps, prepare, set_up
+from .loss import loss_step
+from ..methods import active_methods, lpft, method_block, method_labels
+from .setup import Training, prepare, set_up
 
-__all__ = ["BatchOrder", "TrainerState", "build_optimizer", "finetune", "load_task_data", "plan_total_steps", "train_step"]
 
-MicroBatch = tuple[dict[str, torch.Tensor], float]  # (inputs on the device, the loss weight of this rank's share)
+# (inputs on the device, the loss weight of this rank's share, the examples' indices in the training split)
+MicroBatch = tuple[dict[str, torch.Tensor], float, torch.Tensor]
 
 
 def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -70,23 +73,26 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         # takes part in the all-reduce.
         share = len(mine) * ctx.world_size / len(indices)
         task = t.recipe.task
-        batch = data.collate(t.task.train, mine or indices[:1], t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
-        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share))
+        rows = mine or indices[:1]
+        batch = data.collate(t.task.train, rows, t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
+        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share,
+                    torch.tensor(rows, dtype=torch.long, device=t.device)))
         samples += len(indices)
     return out, samples
 
 
-def train_step(t: Training, batches: list[MicroBatch]) -> torch.Tensor:
+def train_step(t: Training, batches: list[MicroBatch], step: int = 0) -> torch.Tensor:
     """Forward (compiled or eager: ``t.forward``) and scaled backward over the micro-batches; returns
     their summed loss as a tensor on the device, never read on the host here (the loop reads it at
-    its next log, eval or save: :class:`Pending`)."""
+    its next log, eval or save: :class:`Pending`). The methods' loss parts (loss_task, loss_keep),
+    weighted alike, are summed into ``t.part_sums``."""
     accum = len(batches)
     loss_sum = torch.zeros((), device=t.device)
-    for micro, (batch, share) in enumerate(batches):
+    for micro, (batch, share, indices) in enumerate(batches):
         compiled.mark_step(t.device)
         with t.ctx.no_sync(t.ddp_model, skip=micro < accum - 1):
             with t.autocast:
-                loss = t.forward(**batch).loss
+                loss, parts = loss_step(t.forward, batch, t.terms, step, indices)
                 if share != 1.0:
                     loss = loss * share
                 loss = loss / accum
@@ -94,6 +100,8 @@ def train_step(t: Training, batches: list[MicroBatch]) -> torch.Tensor:
         if micro == 0 and accum > 1 and t.graph_grads and t.forward is not t.ddp_model:
             compiled.own_gradients(t.params)
         loss_sum += loss.detach().float()
+        for name, value in parts.items():
+            t.part_sums[name] = t.part_sums.get(name, 0.0) + value.float() * (share / accum)
     return loss_sum
 
 
@@ -135,10 +143,14 @@ class Pending:
         zero = lambda: torch.zeros((), dtype=torch.float64, device=self.device)  # noqa: E731
         self.loss, self.norm, self.stepped, self.skipped, self.bad_loss = (zero() for _ in range(5))
         self.first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
+        self.parts: dict[str, torch.Tensor] = {}  # the methods' loss parts (loss_task, loss_keep), summed
 
-    def add(self, step: int, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> None:
+    def add(self, step: int, loss_sum: torch.Tensor, grad_norm: torch.Tensor,
+            parts: dict[str, torch.Tensor] | None = None) -> None:
         loss = loss_sum.detach().double()
         self.loss += loss
+        for name, value in (parts or {}).items():
+            self.parts[name] = self.parts.get(name, 0.0) + value.detach().double()
         first = ~torch.isfinite(loss) & (self.first_bad < 0)
         self.first_bad = torch.where(first, step, self.first_bad)
         self.bad_loss = torch.where(first, loss, self.bad_loss)
@@ -157,18 +169,22 @@ class Pending:
         DDP the loss is summed over ranks (each rank's is weighted by its share x world_size)."""
         loss = self.loss
         bad_any = (self.first_bad >= 0).double()
-        if ctx.enabled:
-            packed = torch.stack([loss, bad_any])
+        names = sorted(self.parts)
+        parts = [self.parts[name] for name in names]
+        if ctx.enabled:  # the parts are weighted by each rank's share x world_size, like the loss
+            packed = torch.stack([loss, bad_any, *parts])
             ctx.all_reduce_sum(packed)
-            loss, bad_any = packed[0] / ctx.world_size, packed[1]
-        values = torch.stack([loss, self.norm, self.stepped, self.skipped, bad_any]).tolist()
+            loss, bad_any, parts = packed[0] / ctx.world_size, packed[1], list(packed[2:] / ctx.world_size)
+        values = torch.stack([loss, self.norm, self.stepped, self.skipped, bad_any, *parts]).tolist()
         bad = None
         if values[4] > 0:
             mine = (int(self.first_bad), float(self.bad_loss)) if int(self.first_bad) >= 0 else None
             found = [b for b in ctx.all_gather_object(mine) if b is not None]
             bad = min(found)
         self.reset()
-        return dict(zip(("loss", "grad_norm", "stepped", "skipped"), values[:4])), bad
+        sums = dict(zip(("loss", "grad_norm", "stepped", "skipped"), values[:4]))
+        sums.update(zip(names, values[5:]))
+        return sums, bad
 
 
 # ---- the loop ------------------------------------------------------------------------------------
@@ -219,11 +235,12 @@ class _Loop:
                 started = time.perf_counter()
                 lr = set_lr(t, step)
                 batches, samples = micro_batches(t)
-                loss_sum = self.forward_backward(batches)
+                loss_sum = self.forward_backward(batches, step)
                 # Every rank stops at the same step: under DDP one small collective per step (1 process: none).
                 stop = t.ctx.any_rank(sigterm.requested)
                 grad_norm = optimizer_step(t)
-                self.pending.add(step, loss_sum, grad_norm)
+                self.pending.add(step, loss_sum, grad_norm, t.part_sums)
+                t.part_sums = {}
                 state.step, state.samples = step, state.samples + samples
                 if step == 1:  # a first step that diverged must not replace a run --overwrite set aside (every rank
                     self.read_pending()  # reads: the read is collective; a resumed run never has a step 1)
@@ -234,16 +251,16 @@ class _Loop:
                 if stop and step < t.total_steps:
                     raise Preempted(step, t.run_dir)
 
-    def forward_backward(self, batches: list[MicroBatch]) -> torch.Tensor:
+    def forward_backward(self, batches: list[MicroBatch], step: int) -> torch.Tensor:
         """train_step, through the compiled forward where there is one: a new padded length compiles
         first (shown, timed); a compile that fails falls back to the eager step under `auto`."""
         t = self.t
-        lengths = [batch["input_ids"].shape[1] for batch, _ in batches]
+        lengths = [batch["input_ids"].shape[1] for batch, *_ in batches]
         new = self.shapes.new(lengths)
         if t.forward is t.ddp_model or not new:
             if new:
                 self.shapes.add(lengths, 0.0)  # eager: the lengths alone, for the record
-            return train_step(t, batches)
+            return train_step(t, batches, step)
         buckets = t.bucket_lengths
         of = f"{len(buckets)}: {', '.join(map(str, buckets))}" if len(buckets) <= 8 else f"{len(buckets)} lengths"
         self.reporter.note(f"compiling the step for length {', '.join(map(str, new))} (of up to {of})…")
@@ -251,7 +268,7 @@ class _Loop:
         try:
             problem = self.check_first_compiled_step(batches[0][0]) if t.check_compiled else None
             if problem is None:
-                loss_sum = train_step(t, batches)
+                loss_sum = train_step(t, batches, step)
                 float(loss_sum)  # waits for the compile and the step: its time is the compile's
         except Exception as exc:  # noqa: BLE001 - any failure to compile falls back (or stops, under `on`)
             problem = compiled.one_line(exc)
@@ -262,7 +279,7 @@ class _Loop:
                 raise CompileError(f"the compiled step failed under DDP, where it cannot be retried eagerly: {problem} "
                                    "(set train.compile=off)")
             self.fall_back(problem)
-            return train_step(t, batches)
+            return train_step(t, batches, step)
         self.shapes.add(lengths, time.perf_counter() - started)
         return loss_sum
 
@@ -274,6 +291,7 @@ class _Loop:
     def fall_back(self, problem: str) -> None:
         t = self.t
         t.optimizer.zero_grad(set_to_none=True)  # whatever a failed backward left
+        t.part_sums = {}
         t.forward = t.ddp_model
         t.compile_record.mode, t.compile_record.fallback = None, problem
         self.reporter.warn(f"train.compile: running the step eagerly: {problem}")
@@ -297,9 +315,25 @@ class _Loop:
             self.probe(step)
         if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
             checkpoint.save_checkpoint(t.run_dir, "best", t.model, t.tokenizer, card=self.card("best", step))
+        if t.head_only and step >= tc.linear_probe_steps:
+            self.end_probe_phase(step)
         if save_now:
             self.save_last(step)
         self.reporter.step(step)
+
+    def end_probe_phase(self, step: int) -> None:
+        """LP-FT: the head is fitted; keep this point as lp/ and let the encoder train from the next step.
+        DDP's reducer and a compiled forward were built for the frozen model: both are made again."""
+        t = self.t
+        if t.ctx.is_main:
+            checkpoint.save_checkpoint(t.run_dir, rundir.LP_DIR, t.model, t.tokenizer, card=self.card(rundir.LP_DIR, step))
+        lpft.unfreeze_encoder(t.model)
+        t.head_only = False
+        t.ddp_model = t.ctx.wrap(t.model, t.device)
+        mode = t.compile_record.mode  # None: eager from the start, or fallen back
+        t.forward = compiled.compile_model(t.ddp_model, t.device, mode, lengths=len(t.bucket_lengths)) if mode else t.ddp_model
+        self.reporter.note(f"LP-FT: the head is fitted after {step} steps (saved as {rundir.LP_DIR}/); "
+                           "fine-tuning every weight from here")
 
     def read_pending(self) -> None:
         """Adds the device's sums to the window (waiting for the queued steps: training time)."""
@@ -323,10 +357,13 @@ class _Loop:
                                "(a non-deterministic kernel?); logging rank 0's")
         epoch = round(t.state.micro_step / t.order.per_epoch, 4)
         floored = t.recipe.optimizer.recall_floor > 0
+        method_fields = {f"{term.name}_weight": term.weight(step) for term in t.terms}
         record = train_record(step, epoch, lr, t.optimizer.current_lambda, distance, t.state.window,
-                              t.scaler.is_enabled(), t.optimizer.current_penalty_weight if floored else None)
+                              t.scaler.is_enabled(), t.optimizer.current_penalty_weight if floored else None,
+                              method_fields)
         self.write(record)
         self.reporter.train(record)
+        t.state.window.clear()
         t.state.window.update(empty_window())
 
     def evaluate(self, step: int) -> bool:
@@ -416,7 +453,12 @@ def start_info(t: Training) -> dict[str, Any]:
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
             "train_examples": len(t.task.train),
             **({"anneal_t0": t.recipe.anneal_t0_steps(t.total_steps)} if anchored else {}),
-            **({"recall_floor": floor} if floor > 0 else {}), "run_dir": str(t.run_dir)}
+            **({"recall_floor": floor} if floor > 0 else {}),
+            **({"methods": "; ".join(method_labels(t.recipe))} if active_methods(t.recipe) else {}),
+            **t.method_info,
+            **({"unused": ", ".join(unused_keys(t.recipe)) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
+               if unused_keys(t.recipe) else {}),
+            "run_dir": str(t.run_dir)}
     if t.ctx.enabled:
         info.update(processes=t.ctx.world_size, global_batch=tc.batch_size * t.ctx.world_size * tc.grad_accum)
     return info
@@ -444,4 +486,5 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,
+        method=method_block(recipe, **t.method_info),
     )

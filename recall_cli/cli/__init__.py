@@ -15,10 +15,9 @@ from typing import Annotated, Optional
 import typer
 import yaml
 
-from . import __version__
-from .cli_common import (
-    EXIT_CODES_HELP,
-    EXIT_USAGE,
+from .. import __version__
+from ..errors import EXIT_CODES_HELP, ExitCode
+from .common import (
     JsonOpt,
     RecallGroup,
     check_device,
@@ -79,36 +78,35 @@ def finetune(
     """
 
     def go() -> None:
-        from .recipe import RecipeError, load_recipe, recipe_from_dict, read_yaml
+        from ..recipe import load_recipe, recipe_from_dict, read_yaml
 
         if resume is not None:
             if recipe is not None or overrides:
-                fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", EXIT_USAGE)
+                fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", ExitCode.USAGE)
             config = resume / "config.yaml"
             if not config.is_file():
-                fail(f"{resume} is not a recall run directory (no config.yaml): check the path", EXIT_USAGE)
-            from .rundir import no_checkpoint_message, scored_record
+                fail(f"{resume} is not a recall run directory (no config.yaml): check the path", ExitCode.USAGE)
+            from ..rundir import no_checkpoint_message, scored_record
 
             if scored_record(resume) is not None:
-                fail(no_checkpoint_message(resume) + "; a record cannot be resumed", EXIT_USAGE)
+                fail(no_checkpoint_message(resume) + "; a record cannot be resumed", ExitCode.USAGE)
             loaded = recipe_from_dict(read_yaml(config), str(config))
             if Path(loaded.output_dir).resolve() != resume.resolve():
                 # The run directory was moved or copied: it is where the user says it is now.
                 loaded = dataclasses.replace(loaded, output_dir=str(resume))
         elif recipe is None:
-            fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", EXIT_USAGE)
+            fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", ExitCode.USAGE)
             return
         else:
             loaded = load_recipe(recipe, list(overrides or []))
-        del RecipeError
         import os
 
         torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
         if nproc is not None and "WORLD_SIZE" in os.environ and nproc != torchrun_world:
-            fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", EXIT_USAGE)
+            fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", ExitCode.USAGE)
         if as_json and not dry_run:
-            fail("--json goes with --dry-run (a run writes its records to metrics.jsonl)", EXIT_USAGE)
-        from .model import check_hub
+            fail("--json goes with --dry-run (a run writes its records to metrics.jsonl)", ExitCode.USAGE)
+        from ..model import check_hub
 
         # Offline, what the recipe needs from the hub is named now, in one line, instead of after five
         # retries a file; what the caches hold is read from them without asking the hub.
@@ -119,7 +117,7 @@ def finetune(
             return
         if nproc is not None and nproc > 1 and "WORLD_SIZE" not in os.environ:
             # The recipe is valid (checked above, once); the workers run this same command without --nproc.
-            from .distributed import launch
+            from ..distributed import launch
 
             args = ["finetune"]
             args += ["--resume", str(resume)] if resume is not None else [str(recipe), *(overrides or [])]
@@ -127,7 +125,7 @@ def finetune(
             args += [] if plain is None else ["--plain" if plain else "--rich"]
             raise typer.Exit(launch(nproc, args))
         from .console import make_reporter
-        from .train import finetune as run
+        from ..training.loop import finetune as run
 
         reporter = make_reporter(plain)
         try:
@@ -140,12 +138,12 @@ def finetune(
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume: bool = False,
                    overwrite: bool = False) -> None:
-    from . import data
-    from .names import OPTIMIZERS
-    from .optim import anneal_lambda, pull_weight
-    from .preflight import for_dry_run
-    from .recipe import schedule_warnings
-    from .train import plan_total_steps
+    from .. import data
+    from ..names import OPTIMIZERS
+    from ..optim import anneal_lambda, pull_weight
+    from ..training.preflight import for_dry_run
+    from ..recipe import schedule_warnings
+    from ..training.setup import plan_total_steps
 
     tc, oc = recipe.train, recipe.optimizer
     examples = data.load_split(recipe.task, "train", recipe.task.max_train_examples)
@@ -186,7 +184,7 @@ def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
         oc = recipe.optimizer
         typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
         if oc.recall_floor > 0:
-            from .optim import pull_weight
+            from ..optim import pull_weight
 
             typer.echo(f"# recall penalty weight max({oc.anneal_w:g} - lambda, floor {oc.recall_floor:g}): "
                        + ", ".join(f"t={t}: {pull_weight(oc.anneal_w, v, oc.recall_floor):.3f}" for t, v in lambdas.items()))
@@ -198,7 +196,7 @@ def _print_checks(checks) -> None:
     from rich.table import Table
 
     from .console import out_console
-    from .preflight import gib
+    from ..training.preflight import gib
 
     style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
     table = Table(title="preflight", title_justify="left", show_header=True, box=None, pad_edge=False)
@@ -233,13 +231,13 @@ def evaluate(
     """Score a checkpoint on a task's dev split and print its metrics."""
 
     def go() -> None:
-        from .evaluate import evaluate_checkpoint
+        from ..evaluate import evaluate_checkpoint
 
         check_device(device)
         if record is not None:
             if task is not None or data_dir is not None or split is not None or batch_size is not None:
-                fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", EXIT_USAGE)
-            from .records import write_record
+                fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", ExitCode.USAGE)
+            from ..records import write_record
 
             summary = write_record(path, record, against=against, probe=probe, device=device, overwrite=overwrite)
             if as_json:
@@ -252,7 +250,7 @@ def evaluate(
             typer.echo(f"record: {record}")
             return
         if against is not None or overwrite or not probe:
-            fail("--against, --overwrite and --no-probe go with --record DIR", EXIT_USAGE)
+            fail("--against, --overwrite and --no-probe go with --record DIR", ExitCode.USAGE)
 
         result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
         if as_json:
@@ -287,14 +285,14 @@ def evaluate(
 
 # ---- sweep / forgetting / compare ------------------------------------------------------------------
 
-from .cli_runs import register  # noqa: E402 - the sweep/forgetting/compare group
+from .runs import register  # noqa: E402 - the sweep/forgetting/compare group
 
 register(app)
-from .cli_probe import register as register_probe  # noqa: E402 - probe/tradeoff
+from .probe import register as register_probe  # noqa: E402 - probe/tradeoff
 
 register_probe(app)
 
-from .cli_merge import register as register_merge  # noqa: E402 - recall merge
+from .merge import register as register_merge  # noqa: E402 - recall merge
 
 register_merge(app)
 use_recall_commands(app)  # every command's --help in one style (cli_common.RecallCommand)

@@ -25,11 +25,11 @@ from typing import Any, Literal
 
 import torch
 
-from .errors import PreflightError  # noqa: F401 - raised here, importable from here
+from ..errors import PreflightError
 
-from .model import head_is_new, is_trained_classifier, load_config
-from .names import OPTIMIZERS
-from .recipe import Recipe
+from ..model import head_is_new, is_trained_classifier, load_config, position_limit
+from ..names import OPTIMIZERS
+from ..recipe import Recipe
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -45,11 +45,6 @@ CUDA_BASELINE_BYTES = 600 * 2**20
 # encodings, then Python int lists; freed memory stays in the process): ~290 bytes per training token
 # measured on SST-2 (897k tokens, +260 MiB).
 BYTES_PER_TOKEN = 300
-# Models whose position ids start after the padding index (RoBERTa's offset): pad_token_id + 1 of
-# their max_position_embeddings are not usable positions.
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
-                     "roberta-prelayernorm", "mpnet", "ibert")
-
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,7 @@ class Preflight:
 
     def as_the_run(self, name: str, check, ok: str) -> None:
         """Run ``check()``, the code the run itself calls: its RecallError is this check's failure."""
-        from .errors import RecallError
+        from ..errors import RecallError
 
         try:
             check()
@@ -131,18 +126,6 @@ def gib(n: int | float) -> str:
 
 
 # ---- the checks ----------------------------------------------------------------------------------
-
-
-def position_limit(config) -> int | None:
-    """How many tokens the model can place, or None for models without absolute positions."""
-    limit = getattr(config, "max_position_embeddings", None)
-    if not isinstance(limit, int) or limit <= 0:
-        return None
-    if getattr(config, "position_biased_input", True) is False:  # DeBERTa-v2/v3: relative positions only
-        return None
-    if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
-        limit -= (getattr(config, "pad_token_id", None) or 0) + 1
-    return limit
 
 
 def check_positions(report: Preflight, recipe: Recipe, config) -> None:
@@ -210,7 +193,7 @@ def parameter_counts(config, num_labels: int) -> tuple[int, int]:
     """(all parameters, head parameters) of the classifier, counted on the meta device: no memory."""
     from transformers import AutoModelForSequenceClassification
 
-    from .model import head_parameter_names, quiet_transformers
+    from ..model import head_parameter_names, quiet_transformers
 
     quiet_transformers()
     values = {k: v for k, v in config.to_dict().items() if k not in ("id2label", "label2id")}
@@ -366,10 +349,11 @@ def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, total_steps: i
     (``examples``, from data.load_split) tokenized for the activation length; then, with the run's
     own code (train_setup.prepare calls the same), how the step will run (compiled or not, its
     precision), the output folder and the probe files."""
-    from . import compiled, data, rundir
-    from .model import load_tokenizer
-    from .probes.runner import load_inputs
-    from .runtime import resolve_device, resolve_precision
+    from . import compiled
+    from .. import data, rundir
+    from ..model import load_tokenizer
+    from ..probes.runner import load_inputs
+    from ..runtime import resolve_device, resolve_precision
 
     tc = recipe.train
     device = resolve_device(tc.device)  # under --nproc, rank 0's device stands for every rank's

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import CompileError
+from ..errors import CompileError
 
 # torch.compile's mode per device; under DDP CUDA graphs are left out (see the module's docstring).
 MODE_FOR = {"cuda": "reduce-overhead", "cpu": "default"}
@@ -63,8 +63,8 @@ def run_size(recipe: Any, lengths: list[int], *, total_steps: int, done_steps: i
     batches (its first ``sample`` global micro-batches in the run's own order, from the training rows'
     ``lengths``: later ones rarely bring a new length, and one that does compiles then), and the
     model's depth (from ``model_source``'s config, a resumed run's last/, else the recipe's model)."""
-    from .data import BatchOrder, padded_length
-    from .model import load_config
+    from ..data import BatchOrder, padded_length
+    from ..model import load_config
 
     tc, task = recipe.train, recipe.task
     micro_batches = max(0, total_steps - done_steps) * tc.grad_accum
@@ -172,7 +172,7 @@ def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_st
     under train.compile=on where compiling cannot work. ``recorded_mode``: (how a resumed run's step
     ran, "eager" or a mode; why), which `auto` keeps, as it keeps the precision: deciding anew on the
     steps left could switch kernels mid-run, or compile again a step that was given up as wrong."""
-    from .runtime import choose_precision
+    from ..runtime import choose_precision
 
     tc = recipe.train
     kept = resumed_mode(tc.compile, device, recorded_mode)

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import JsonOpt, check_device, dumps_json, run_guarded
+from .common import JsonOpt, check_device, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = ("Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, probe file, model or run directory "
                     "(nothing is written); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks.")
@@ -47,7 +47,7 @@ def probe(
     """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio."""
 
     def go() -> None:
-        from .probes.targets import probe_targets
+        from ..probes.targets import probe_targets
 
         names = [p.strip() for p in probes.split(",") if p.strip()]
         check_device(device)
@@ -58,7 +58,7 @@ def probe(
             typer.echo(dumps_json(rows))
             return
         from .console import print_table
-        from .report.probe_tables import probe_table
+        from ..report.probe_tables import probe_table
 
         print_table(probe_table(rows))
         for note in dict.fromkeys(n for r in rows for n in r["notes"]):
@@ -83,10 +83,10 @@ def tradeoff(
     points of task score, says why, and marks it; with --json it prints one object per task."""
 
     def go() -> None:
-        from . import report
-        from .report.probe_plots import tradeoff_figure
-        from .report.probe_tables import tradeoff_points
-        from .report.tradeoff import check_within, choice_line, choose_within
+        from .. import report
+        from ..report.probe_plots import tradeoff_figure
+        from ..report.probe_tables import tradeoff_points
+        from ..report.tradeoff import check_within, choice_line, choose_within
 
         if within is not None:
             check_within(within)

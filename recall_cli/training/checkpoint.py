@@ -21,34 +21,15 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from .card import write_card
-from .errors import RunDirError
-from .rundir import (  # noqa: F401 - the format's names, importable from here as before
+from ..card import write_card
+from ..errors import RunDirError
+from ..rundir import (
     ANCHOR_FILE,
-    CONFIG_FILE,
-    METRICS_FILE,
     OPTIMIZER_FILE,
-    RECORD_SECTION,
     RNG_FILE,
-    SOURCE_RECIPE_FILE,
-    SUMMARY_FILE,
     TRAINER_STATE_FILE,
-    MetricsWriter,
-    NewRunDir,
-    check_new_run_dir,
-    find_checkpoint,
-    is_run_dir,
-    no_checkpoint_message,
-    read_metrics,
-    remove_stale_staging,
-    scored_record,
     staged_folder,
-    truncate_metrics,
-    write_json_atomic,
-    write_text_atomic,
 )
-
-
 
 
 # ---- theta* --------------------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""The step's loss: the task loss plus the term of every method the recipe turns on, in one function
+that the loop (eager or compiled, one process or DDP) and the library share.
+
+With no term the step is exactly what it always was: ``forward(**batch).loss``, no hidden states asked
+for, so a run without methods computes bit for bit what earlier versions computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+from torch import Tensor
+
+
+class Term(Protocol):
+    """A method's loss term (methods/keep.py's EmbeddingAnchor is one)."""
+
+    name: str  # logged as loss_<name>
+    needs_hidden_states: bool
+
+    def weight(self, step: int) -> float: ...
+    def __call__(self, outputs: Any, batch: dict[str, Tensor], indices: Tensor | None = None) -> Tensor: ...
+
+
+def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequence[Term], step: int,
+              indices: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """(the loss to back-propagate, its parts detached: loss_task and loss_<term> unweighted).
+
+    ``forward`` is the model (or its DDP or compiled wrapper); ``batch`` holds the labels, so the model
+    computes the task loss; ``indices`` are the batch's example indices in the training split (what a
+    cached term looks its reference rows up by)."""
+    if not terms:
+        return forward(**batch).loss, {}
+    hidden = any(term.needs_hidden_states for term in terms)
+    outputs = forward(**batch, output_hidden_states=True) if hidden else forward(**batch)
+    task = outputs.loss
+    total, parts = task, {"loss_task": task.detach()}
+    for term in terms:
+        value = term(outputs, batch, indices)
+        total = total + term.weight(step) * value
+        parts[f"loss_{term.name}"] = value.detach()
+    return total, parts
