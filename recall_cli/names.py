@@ -127,7 +127,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule"), "features",
            ("loss_task", "loss_keep", "keep_weight"),
            "LwF (Li & Hoiem 2016); LDIFS (Mukhoti et al. 2023, arXiv 2308.13320)", "keep"),
-    Method("lp_ft", "LP-FT", "train.linear_probe_steps", ("train.linear_probe_steps",), None, (),
+    Method("lp_ft", "LP-FT", "train.linear_probe_steps", ("train.linear_probe_steps", "train.linear_probe_lr"), None, (),
            "Kumar et al. 2022, arXiv 2202.10054", "lp"),
     Method("lora", "LoRA", "model.lora.r",
            ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules"), None, (),

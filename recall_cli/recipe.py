@@ -62,6 +62,10 @@ class TaskConfig:
     # Length buckets: each batch is padded up to a multiple of this (capped at max_seq_length), so a
     # compiled step sees a handful of shapes; null pads each batch to its longest row (dynamic padding).
     pad_to_multiple_of: int | None = None
+    # A fraction of the training rows held out (stratified, by a fixed seed: every run of a task holds out
+    # the same rows) to evaluate on during training and choose best/ by; the dev split is then scored
+    # once at the end, as a test set. 0 = off: evaluations and best/ use the dev split.
+    holdout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class TrainConfig:
     # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
     # keeps that point as lp/. 0 = off.
     linear_probe_steps: int = 0
+    # The head phase's peak learning rate (a probe on a frozen encoder takes a larger step than fine-tuning
+    # does; the schedule's warm-up and decay apply to it alike); null: optimizer.lr.
+    linear_probe_lr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -470,6 +477,7 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     for key in ("warmup_steps", "log_every", "eval_every", "save_every", "keep_last"):
         need(getattr(tr, key) >= 0, f"train.{key}: must be >= 0, got {getattr(tr, key)}")
     need(tr.log_every >= 1, f"train.log_every: must be >= 1, got {tr.log_every}")
+    need(0 <= t.holdout < 0.5, f"task.holdout: a fraction of the training rows in (0, 0.5), or 0 for none, got {t.holdout}")
     need(t.pad_to_multiple_of is None or 1 <= t.pad_to_multiple_of <= t.max_seq_length,
          f"task.pad_to_multiple_of: must be in [1, max_seq_length = {t.max_seq_length}] or null (dynamic padding), "
          f"got {t.pad_to_multiple_of}")
@@ -506,6 +514,8 @@ def _check_methods(recipe: Recipe) -> list[str]:
     if k.embeddings > 0 and recipe.model.init == "random":
         problems.append("keep.embeddings: a random-init run has no pretrained function to keep "
                         "(set model.init=pretrained, or keep.embeddings=0)")
+    if tr.linear_probe_lr is not None and tr.linear_probe_lr <= 0:
+        problems.append(f"train.linear_probe_lr: must be > 0, or null for optimizer.lr, got {tr.linear_probe_lr}")
     if tr.linear_probe_steps < 0:
         problems.append(f"train.linear_probe_steps: must be >= 0 (0 = off), got {tr.linear_probe_steps}")
     elif tr.max_steps is not None and tr.linear_probe_steps >= tr.max_steps:

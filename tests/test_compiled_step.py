@@ -132,13 +132,16 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
     recipe = recipe_from_dict(sst2_recipe(still_model, tmp_path / "run", train={"max_steps": 30, "grad_accum": 2}), "t")
     task = load_task_data(recipe, AutoTokenizer.from_pretrained(still_model))
     lengths = [len(ids) for ids in task.train.input_ids]
-    size = compiled.run_size(recipe, lengths, total_steps=30, done_steps=0, model_source=None, world_size=1)
+    from recall_cli.model import load_config
+
+    config = load_config(str(still_model))
+    size = compiled.run_size(recipe, lengths, total_steps=30, done_steps=0, config=config, world_size=1)
     order = BatchOrder(len(task.train), recipe.train.batch_size, recipe.train.seed)
     widths = {padded_length(max(lengths[j] for j in order.batch(i)), 16, 48) for i in range(60)}
     assert size == compiled.RunSize(micro_batches=60, lengths=len(widths), layers=2)
     assert 2 <= size.lengths <= 3 < len({padded_length(n, 16, 48) for n in lengths}) + 1
     # A resumed run weighs only the steps it has left.
-    assert compiled.run_size(recipe, lengths, total_steps=30, done_steps=20, model_source=None,
+    assert compiled.run_size(recipe, lengths, total_steps=30, done_steps=20, config=config,
                              world_size=1).micro_batches == 20
 
 
@@ -173,7 +176,7 @@ def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model
     def prepared(steps: int):
         raw = tiny_recipe(tiny_model_dir, tmp_path / "run", task={"pad_to_multiple_of": 16},
                           train={"device": "auto", "precision": "auto", "max_steps": steps})
-        return train_setup.prepare(recipe_from_dict(raw, "cuda"), Distributed(), False, False, Reporter())
+        return train_setup.prepare(recipe_from_dict(raw, "cuda"), Distributed(), train_setup.Start.NEW, Reporter())
 
     short = prepared(12)  # 12 x 2 layers x 1.8 ms = 0.04 s saved against 1 s for its one length
     assert short.compile_mode is None and "would not pay back" in short.compile_reason
@@ -402,11 +405,11 @@ def test_under_ddp_a_failed_compile_stops_instead_of_retrying_eagerly(tiny_model
     from recall_cli.distributed import Distributed
     from recall_cli.training.progress import Reporter
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.training.setup import prepare, set_up
+    from recall_cli.training.setup import Start, prepare, set_up
 
     raw = tiny_recipe(tiny_model_dir, tmp_path / "run", probe={"enabled": False})
-    prepared = prepare(recipe_from_dict(raw, "ddp"), Distributed(), resume=False, overwrite=False, reporter=Reporter())
-    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+    prepared = prepare(recipe_from_dict(raw, "ddp"), Distributed(), Start.NEW, Reporter())
+    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
     batches, _ = train.micro_batches(t)
     t.forward = failing_compile(t.model, CPU)
     t.ctx = types.SimpleNamespace(enabled=True, no_sync=lambda model, skip: contextlib.nullcontext())

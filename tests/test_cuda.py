@@ -186,13 +186,13 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
     from recall_cli.distributed import Distributed
     from recall_cli.training.progress import Reporter
     from recall_cli.testing import tiny_bert_dir
-    from recall_cli.training.setup import prepare, set_up
+    from recall_cli.training.setup import Start, prepare, set_up
 
     model_dir = tiny_bert_dir(tmp_path / "still", seed=1234, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     raw = tiny_recipe(model_dir, tmp_path / "run", task={"pad_to_multiple_of": 16}, probe={"enabled": False},
                       train={"device": DEVICE, "precision": "fp32", "compile": "on", "grad_accum": 2})
-    prepared = prepare(recipe_from_dict(raw, "graphs"), Distributed(), resume=False, overwrite=False, reporter=Reporter())
-    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+    prepared = prepare(recipe_from_dict(raw, "graphs"), Distributed(), Start.NEW, Reporter())
+    t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
     assert t.compile_record.mode == "reduce-overhead" and t.graph_grads
     for _ in range(3):  # warm-up, recording, then replays
         batches, _ = train.micro_batches(t)

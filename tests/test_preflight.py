@@ -169,15 +169,17 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
     full = preflight.estimate_memory(recipe, preflight.load_config(str(tiny_model_dir)), 2, device, "fp32", 1, lengths)
     # Just below the estimate: halving the batch (with grad_accum doubled) or the length fits.
     monkeypatch.setattr(preflight, "available_ram", lambda: full.total_bytes - 1)
-    report = preflight.run_checks(recipe, tokenizer, num_labels=2, device=device, precision="fp32", lengths=lengths)
+    config = preflight.load_config(str(tiny_model_dir))
+    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), num_labels=2, device=device,
+                                  precision="fp32", lengths=lengths)
     check = next(c for c in report.checks if c.name == "memory")
     assert check.status == "warn" and report.memory.fits is False
     assert "would fit: train.batch_size=4 train.grad_accum=2 | model.anchor_dtype=bfloat16 | task.max_seq_length=24" \
         in check.message
     # Two CPU processes share the machine's RAM: the estimate counts twice.
     monkeypatch.setattr(preflight, "available_ram", lambda: int(full.total_bytes * 1.5))
-    report = preflight.run_checks(recipe, tokenizer, num_labels=2, device=device, precision="fp32", lengths=lengths,
-                                  world_size=2)
+    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), num_labels=2, device=device,
+                                  precision="fp32", lengths=lengths, world_size=2)
     assert report.memory.needed_bytes == 2 * full.total_bytes and report.memory.fits is False
     processes = next(c for c in report.checks if c.name == "processes")
     assert processes.message == ("2 processes (share this machine's RAM): batch 8 per process x 2 x grad_accum 1 "

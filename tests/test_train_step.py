@@ -11,7 +11,7 @@ from recall_cli.distributed import Distributed
 from recall_cli.training.progress import Reporter
 from recall_cli.recipe import recipe_from_dict
 from recall_cli.training.loop import micro_batches, optimizer_step, train_step
-from recall_cli.training.setup import prepare, set_up
+from recall_cli.training.setup import Start, prepare, set_up
 
 from conftest import tiny_recipe
 
@@ -20,8 +20,8 @@ from conftest import tiny_recipe
 def training(tiny_model_dir, tmp_path):
     raw = tiny_recipe(tiny_model_dir, tmp_path / "run", train={"grad_accum": 2}, probe={"enabled": False})
     recipe = recipe_from_dict(raw, "test")
-    prepared = prepare(recipe, Distributed(), resume=False, overwrite=False, reporter=Reporter())
-    return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"), resume=False, overwrite=False)
+    prepared = prepare(recipe, Distributed(), Start.NEW, Reporter())
+    return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
 
 
 def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_path):
@@ -66,8 +66,8 @@ def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tin
     gradient with its values, and None kept for a parameter that got no gradient."""
     def build(name: str):
         raw = tiny_recipe(tiny_model_dir, tmp_path / name, train={"grad_accum": 2}, probe={"enabled": False})
-        prepared = prepare(recipe_from_dict(raw, name), Distributed(), resume=False, overwrite=False, reporter=Reporter())
-        return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / name), resume=False, overwrite=False)
+        prepared = prepare(recipe_from_dict(raw, name), Distributed(), Start.NEW, Reporter())
+        return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / name))
 
     plain, owned = build("plain"), build("owned")
     assert not plain.graph_grads  # eager on CPU

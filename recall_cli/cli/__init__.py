@@ -138,17 +138,20 @@ def finetune(
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume: bool = False,
                    overwrite: bool = False) -> None:
-    from .. import data
+    from ..distributed import Distributed
     from ..names import OPTIMIZERS
     from ..optim import anneal_lambda, pull_weight
-    from ..training.preflight import for_dry_run
     from ..recipe import schedule_warnings
-    from ..training.setup import plan_total_steps
+    from ..training.methods import dry_run_lines
+    from ..training.progress import Reporter
+    from ..training.setup import Start, prepare
 
     tc, oc = recipe.train, recipe.optimizer
-    examples = data.load_split(recipe.task, "train", recipe.task.max_train_examples)
-    n_train = len(examples)
-    total = plan_total_steps(recipe, n_train, world_size)
+    # The run's own set-up, stopped before anything is written (under --nproc, rank 0's view).
+    prepared = prepare(recipe, Distributed(world_size=world_size), Start.of(resume=resume, overwrite=overwrite),
+                       Reporter(), dry_run=True)
+    checks = prepared.checks
+    n_train, total = len(prepared.task.train), prepared.total_steps
     t0 = recipe.anneal_t0_steps(total)
     lambdas = {}
     if OPTIMIZERS[oc.name].anchored:  # lambda(t) weighs the recall terms: vanilla runs have none
@@ -156,13 +159,15 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
         lambdas = {t: anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w) for t in points}
     warnings = schedule_warnings(recipe, total)
-    if not as_json:  # the plan first: it needs no model, and a model that cannot load stops what follows
+    methods = dry_run_lines(prepared)
+    if not as_json:
         _print_plan(recipe, world_size, total, t0, lambdas, warnings)
-    checks = for_dry_run(recipe, examples, world_size, total_steps=total, resume=resume, overwrite=overwrite)
+        for key, line in methods.items():
+            typer.echo(f"# {key}: {line}")
     if as_json:
         plan = {"total_steps": total, "anneal_t0": t0, "train_examples": n_train, "processes": world_size,
                 "global_batch": tc.batch_size * world_size * tc.grad_accum,
-                "lambda": [{"step": t, "lambda": v} for t, v in lambdas.items()]}
+                "lambda": [{"step": t, "lambda": v} for t, v in lambdas.items()], **methods}
         if lambdas:  # the penalty's weight at the same steps: anneal_w - lambda, never below the floor
             plan["recall_floor"] = oc.recall_floor
             plan["penalty_weight"] = [{"step": t, "weight": pull_weight(oc.anneal_w, v, oc.recall_floor)}

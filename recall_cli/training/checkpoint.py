@@ -90,6 +90,7 @@ def save_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     rng_states: list[dict[str, Any]] | None = None,
     card: str | None = None,
+    adapter: Any = None,
 ) -> Path:
     """A save_pretrained folder that `from_pretrained` opens as it is; with the training state when given.
     ``rng_states`` holds one state per rank (default: this process's). ``card``: the folder's README.md
@@ -100,6 +101,10 @@ def save_checkpoint(
         tokenizer.save_pretrained(staging)
         if card is not None:
             write_card(staging, card, previous=dest if dest.is_dir() else None)
+        if adapter is not None:  # LoRA: the adapters in peft's own format, beside the merged weights
+            from ..methods.lora import save_adapter
+
+            save_adapter(adapter, staging)
         if trainer_state is not None:
             torch.save(
                 {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},

@@ -57,21 +57,19 @@ class RunSize:
     layers: int
 
 
-def run_size(recipe: Any, lengths: list[int], *, total_steps: int, done_steps: int, model_source: str | None,
+def run_size(recipe: Any, lengths: list[int], *, total_steps: int, done_steps: int, config: Any,
              world_size: int, sample: int = 2000) -> RunSize:
     """What `auto` weighs on CUDA: the micro-batches left to run, the padded lengths of the run's
     batches (its first ``sample`` global micro-batches in the run's own order, from the training rows'
     ``lengths``: later ones rarely bring a new length, and one that does compiles then), and the
-    model's depth (from ``model_source``'s config, a resumed run's last/, else the recipe's model)."""
+    model's depth (from its ``config``: a resumed run's last/, else the recipe's model)."""
     from ..data import BatchOrder, padded_length
-    from ..model import load_config
 
     tc, task = recipe.train, recipe.task
     micro_batches = max(0, total_steps - done_steps) * tc.grad_accum
     order = BatchOrder(len(lengths), tc.batch_size * world_size, tc.seed)
     widths = {padded_length(max(lengths[j] for j in order.batch(i)), task.pad_to_multiple_of, task.max_seq_length)
               for i in range(min(micro_batches, sample))}
-    config = load_config(model_source or recipe.model.name_or_path, recipe.model.trust_remote_code)
     return RunSize(micro_batches=micro_batches, lengths=max(1, len(widths)),
                    layers=getattr(config, "num_hidden_layers", None) or 12)
 
@@ -165,7 +163,7 @@ class StepPlan:
 
 
 def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_steps: int, done_steps: int = 0,
-              model_source: str | None = None, world_size: int = 1, recorded_precision: str | None = None,
+              config: Any = None, world_size: int = 1, recorded_precision: str | None = None,
               recorded_mode: tuple[str | None, str | None] | None = None) -> StepPlan:
     """train.compile and train.precision decided together (the precision `auto` picks on CUDA depends
     on whether the step compiles), for the run and for its --dry-run alike. Raises CompileError
@@ -180,7 +178,7 @@ def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_st
         mode, reason = kept
     else:
         weigh = tc.compile == "auto" and device.type == "cuda" and recipe.task.pad_to_multiple_of is not None
-        size = run_size(recipe, lengths, total_steps=total_steps, done_steps=done_steps, model_source=model_source,
+        size = run_size(recipe, lengths, total_steps=total_steps, done_steps=done_steps, config=config,
                         world_size=world_size) if weigh else None
         mode, reason = decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
                               world_size=world_size, size=size)

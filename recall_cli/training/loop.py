@@ -32,8 +32,8 @@ from ..recipe import Recipe, unused_keys
 from ..runtime import autocast_for
 from .schedule import linear_warmup_decay
 from .loss import loss_step
-from ..methods import active_methods, lpft, method_block, method_labels
-from .setup import Training, prepare, set_up
+from ..methods import active_methods, lora, lpft, method_block, method_labels
+from .setup import Start, Training, prepare, set_up
 
 
 # (inputs on the device, the loss weight of this rank's share, the examples' indices in the training split)
@@ -44,12 +44,12 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     """Train as the recipe says into its output_dir; returns the summary (rank 0) and writes it."""
     reporter = reporter or Reporter()
     ctx = Distributed.from_env()
-    prepared = prepare(recipe, ctx, resume, overwrite, reporter)
+    prepared = prepare(recipe, ctx, Start.of(resume=resume, overwrite=overwrite), reporter)
     ctx.init(prepared.device)
     # A failure between creating the run directory and the first optimizer step puts it back as it was.
     new_dir = rundir.NewRunDir(Path(recipe.output_dir))
     try:
-        return run(set_up(prepared, reporter, new_dir, resume, overwrite), reporter, new_dir)
+        return run(set_up(prepared, reporter, new_dir), reporter, new_dir)
     except BaseException:
         new_dir.rollback()  # nothing once the first step has committed it
         raise
@@ -116,8 +116,22 @@ def optimizer_step(t: Training) -> torch.Tensor:
     return grad_norm
 
 
+def current_distance(t: Training) -> float:
+    """||theta - theta*|| now: over RecAdam's (or adamw's) pairs, or the adapters' merged update under LoRA."""
+    if t.adapter is not None:
+        return lora.update_norm(t.model)
+    return distance_to_anchor(*zip(*t.pairs)) if t.pairs else 0.0
+
+
+def save_weights(t: Training, name: str, *state, card: str) -> Path:
+    """best/, last/ or lp/: plain `from_pretrained` weights (LoRA's merged in, its adapter/ beside them)."""
+    model = t.model if t.adapter is None else lora.merged_copy(t.adapter)
+    return checkpoint.save_checkpoint(t.run_dir, name, model, t.tokenizer, *state, card=card, adapter=t.adapter)
+
+
 def set_lr(t: Training, step: int) -> float:
-    lr = t.recipe.optimizer.lr * linear_warmup_decay(step, t.recipe.train.warmup_steps, t.total_steps)
+    peak = t.recipe.train.linear_probe_lr if t.head_only and t.recipe.train.linear_probe_lr else t.recipe.optimizer.lr
+    lr = peak * linear_warmup_decay(step, t.recipe.train.warmup_steps, t.total_steps)
     for group in t.optimizer.param_groups:
         group["lr"] = lr
     return lr
@@ -205,6 +219,7 @@ class _Loop:
         earlier = rundir.read_metrics(t.run_dir) if t.resumed and t.ctx.is_main else []
         self.last_eval = next((r for r in reversed(earlier) if r["split"] == "eval"), None)
         self.last_probe = next((r for r in reversed(earlier) if r["split"] == "probe"), None)
+        self.last_test = None
 
     def open_trackers(self) -> trackers.Trackers:
         """Rank 0 alone reports to trackers, as it alone writes metrics.jsonl. A tracker that cannot
@@ -251,7 +266,7 @@ class _Loop:
                 if stop and step < t.total_steps:
                     raise Preempted(step, t.run_dir)
 
-    def forward_backward(self, batches: list[MicroBatch], step: int) -> torch.Tensor:
+    def forward_backward(self, batches: list[MicroBatch], step: int = 0) -> torch.Tensor:
         """train_step, through the compiled forward where there is one: a new padded length compiles
         first (shown, timed); a compile that fails falls back to the eager step under `auto`."""
         t = self.t
@@ -311,10 +326,12 @@ class _Loop:
         if log_now:
             self.log_train(step, lr)
         improved = self.evaluate(step) if evaluate_now else False
+        if last and t.task.holdout is not None:
+            self.test(step)
         if t.prober is not None and probe_now:
             self.probe(step)
         if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
-            checkpoint.save_checkpoint(t.run_dir, "best", t.model, t.tokenizer, card=self.card("best", step))
+            save_weights(t, "best", card=self.card("best", step))
         if t.head_only and step >= tc.linear_probe_steps:
             self.end_probe_phase(step)
         if save_now:
@@ -326,7 +343,7 @@ class _Loop:
         DDP's reducer and a compiled forward were built for the frozen model: both are made again."""
         t = self.t
         if t.ctx.is_main:
-            checkpoint.save_checkpoint(t.run_dir, rundir.LP_DIR, t.model, t.tokenizer, card=self.card(rundir.LP_DIR, step))
+            save_weights(t, rundir.LP_DIR, card=self.card(rundir.LP_DIR, step))
         lpft.unfreeze_encoder(t.model)
         t.head_only = False
         t.ddp_model = t.ctx.wrap(t.model, t.device)
@@ -350,7 +367,7 @@ class _Loop:
     def log_train(self, step: int, lr: float) -> None:
         t = self.t
         # Each rank steps a full replica with its own theta*, so its distance is the global one.
-        distance = distance_to_anchor(*zip(*t.pairs)) if t.pairs else 0.0
+        distance = current_distance(t)
         if t.ctx.enabled and len(set(t.ctx.all_gather_object(distance))) > 1 and not self.replicas_differ:
             self.replicas_differ = True
             self.reporter.warn(f"step {step}: the replicas' distances to theta* differ across ranks "
@@ -367,11 +384,12 @@ class _Loop:
         t.state.window.update(empty_window())
 
     def evaluate(self, step: int) -> bool:
-        """Scores the dev set; True when it is the best score yet (the caller saves best/)."""
+        """Scores the dev set (the holdout, under task.holdout); True when it is the best score yet
+        (the caller saves best/)."""
         t = self.t
-        metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
+        metrics = score(t.model, t.task.spec, t.task.chooses_on, t.eval_batch, t.device, t.pad_id,
                         autocast_for(t.precision, t.device), t.ctx)
-        record = {"step": step, "split": "eval", **metrics}
+        record = {"step": step, "split": "eval", **({"data": "holdout"} if t.task.holdout is not None else {}), **metrics}
         self.write(record)
         self.reporter.eval(record)
         self.last_eval = record
@@ -380,6 +398,16 @@ class _Loop:
             t.state.best_main, t.state.best_step = main, step
             return True
         return False
+
+    def test(self, step: int) -> None:
+        """task.holdout: the dev split, scored once, on the final weights: the number a report gives."""
+        t = self.t
+        metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
+                        autocast_for(t.precision, t.device), t.ctx)
+        record = {"step": step, "split": "test", "data": "dev", **metrics}
+        self.write(record)
+        self.reporter.eval(record)
+        self.last_test = record
 
     def probe(self, step: int) -> None:
         record = record_at(self.t.prober, self.t.model, step)
@@ -395,7 +423,7 @@ class _Loop:
     def card(self, name: str, step: int) -> str:
         """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
         t = self.t
-        distance = distance_to_anchor(*zip(*t.pairs)) if t.pairs else None
+        distance = current_distance(t) if t.pairs or t.adapter is not None else None
         return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps,
                                evaluation=self.last_eval, probe=self.last_probe, distance=distance,
                                version=__version__)
@@ -408,8 +436,7 @@ class _Loop:
         t.state.compile_fallback = record.fallback
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.is_main:
-            folder = checkpoint.save_checkpoint(t.run_dir, "last", t.model, t.tokenizer, t.state.__dict__,
-                                                t.optimizer, t.scaler, rng_states, card=self.card("last", step))
+            folder = save_weights(t, "last", t.state.__dict__, t.optimizer, t.scaler, rng_states, card=self.card("last", step))
             checkpoint.rotate_step_checkpoints(t.run_dir, step, t.recipe.train.keep_last, folder)
         t.ctx.barrier()  # no rank runs ahead of, or exits before, a complete last/
 
@@ -426,7 +453,7 @@ def run(t: Training, reporter: Reporter, new_dir: rundir.NewRunDir) -> dict[str,
         raise
     loop.writer.close()
 
-    final_distance = distance_to_anchor(*zip(*t.pairs)) if t.pairs else 0.0
+    final_distance = current_distance(t)
     distances = t.ctx.all_gather_object(final_distance)
     if not t.ctx.is_main:
         return {"steps": t.state.step, "final_distance": final_distance, "rank": t.ctx.rank}
@@ -473,12 +500,19 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
     probes = [r for r in records if r["split"] == "probe"]
     without_split = lambda r: {k: v for k, v in r.items() if k != "split"}  # noqa: E731
     best = next((r for r in evals if r["step"] == state.best_step), None)
+    final = without_split(evals[-1]) if evals else None
+    tests = [r for r in records if r["split"] == "test"]
+    if tests and final is not None:
+        # task.holdout: the report's number is the dev split's (scored once, at the end); the holdout's,
+        # which chose best/, stays beside it.
+        metrics = lambda r: {k: v for k, v in r.items() if k not in ("split", "step", "data")}  # noqa: E731
+        final = {"step": tests[-1]["step"], **metrics(tests[-1]), "holdout": metrics(final), "dev": metrics(tests[-1])}
     tc, oc = recipe.train, recipe.optimizer
     return rundir.Summary(
         task=recipe.task.name, optimizer=oc.name, init=recipe.model.init, model=recipe.model.name_or_path,
         seed=tc.seed, anneal_fun=oc.anneal_fun, anneal_k=oc.anneal_k, anneal_t0=recipe.anneal_t0_steps(t.total_steps),
         pretrain_cof=oc.pretrain_cof, recall_floor=oc.recall_floor, lr=oc.lr, steps=state.step, finished=state.step >= t.total_steps,
-        best=without_split(best) if best else None, final=without_split(evals[-1]) if evals else None,
+        best=without_split(best) if best else None, final=final,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
         device=str(t.device), precision=t.precision, compile=t.compile_record.to_dict(),

@@ -9,6 +9,7 @@ rebuilt bit for bit rather than saved (an SST-2 cache is 103 MB; rebuilding it t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -74,3 +75,29 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
     del source
     return EmbeddingAnchor(k.embeddings, pooling=k.pooling, distance=k.distance, cache=cache,
                            schedule=schedule), plan, seconds
+
+
+def dry_run_lines(prepared: Any) -> dict[str, str]:
+    """What --dry-run says of the methods (and of keys this run does not read), from the run's own
+    set-up: the anchor's cache and its bound, LoRA's trainable parameters as peft counts them."""
+    from ..methods import active_methods, method_labels
+    from ..recipe import unused_keys
+
+    recipe, lines = prepared.recipe, {}
+    if active_methods(recipe):
+        lines["methods"] = "; ".join(method_labels(recipe))
+    unused = unused_keys(recipe)
+    if unused:
+        lines["unused"] = f"{', '.join(unused)} (only RecAdam reads them; this run is {recipe.optimizer.name})"
+    built = prepared.built
+    if built is None:
+        return lines
+    if recipe.keep.embeddings > 0:
+        lines["anchor"] = plan_anchor(recipe, len(prepared.task.train), built.model.config.hidden_size).line
+    if prepared.adapter is not None:
+        trainable, total = prepared.adapter.get_nb_trainable_parameters()
+        frozen = total - trainable
+        # Full fine-tuning keeps a gradient and Adam's two moments (fp32) for every parameter.
+        lines["lora"] = (f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
+                         f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning")
+    return lines

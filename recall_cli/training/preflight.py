@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from ..errors import PreflightError
 
-from ..model import head_is_new, is_trained_classifier, load_config, position_limit
+from ..model import head_is_new, is_trained_classifier, load_config, position_limit  # noqa: F401 - load_config: tests patch it here
 from ..names import OPTIMIZERS
 from ..recipe import Recipe
 
@@ -327,58 +326,14 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
                                   f"x grad_accum {tc.grad_accum} = global batch {global_batch}")
 
 
-def run_checks(recipe: Recipe, tokenizer, *, num_labels: int, device: torch.device, precision: str,
-               world_size: int = 1, lengths: list[int] | None = None, model_source: str | None = None,
-               resume: bool = False) -> Preflight:
-    """Every check, in the order a user would fix them. ``model_source`` is where the weights come
-    from (the recipe's model, or the run's last/ on resume); ``lengths`` the tokenized training rows."""
-    config = load_config(model_source or recipe.model.name_or_path, recipe.model.trust_remote_code)
-    report = Preflight()
+def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, num_labels: int, device: torch.device,
+               precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False) -> Preflight:
+    """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
+    (the recipe's model, or the run's last/ on resume); ``lengths`` the tokenized training rows."""
     check_positions(report, recipe, config)
     check_tokenizer(report, recipe, tokenizer, config)
     check_head(report, recipe, config, num_labels, resume)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
         check_memory(report, recipe, config, num_labels, device, precision, world_size, lengths)
-    return report
-
-
-def for_dry_run(recipe: Recipe, examples, world_size: int = 1, *, total_steps: int, resume: bool = False,
-                overwrite: bool = False) -> Preflight:
-    """What `recall finetune --dry-run` checks: the tokenizer, the config, and the training rows
-    (``examples``, from data.load_split) tokenized for the activation length; then, with the run's
-    own code (train_setup.prepare calls the same), how the step will run (compiled or not, its
-    precision), the output folder and the probe files."""
-    from . import compiled
-    from .. import data, rundir
-    from ..model import load_tokenizer
-    from ..probes.runner import load_inputs
-    from ..runtime import resolve_device, resolve_precision
-
-    tc = recipe.train
-    device = resolve_device(tc.device)  # under --nproc, rank 0's device stands for every rank's
-    tokenizer = load_tokenizer(recipe.model.name_or_path, recipe.model.trust_remote_code)
-    spec = data.task_spec(recipe.task)
-    features = data.tokenize(examples, tokenizer, recipe.task.max_seq_length)
-    lengths = [len(ids) for ids in features.input_ids]
-    try:  # a resumed run weighs the steps it has left; --dry-run counts the whole run
-        plan = compiled.plan_step(recipe, device, lengths=lengths, total_steps=total_steps, world_size=world_size)
-    except compiled.CompileError as exc:
-        step = Check("step", "fail", str(exc), exc)
-        precision = resolve_precision(tc.precision, device)
-    else:
-        how = "eager" if plan.mode is None else f"compiled ({plan.mode})"
-        step = Check("step", "ok", f"{how} ({plan.reason}); {plan.precision} ({plan.precision_reason})")
-        precision = plan.precision
-    report = run_checks(recipe, tokenizer, num_labels=spec.num_labels, device=device, precision=precision,
-                        world_size=world_size, lengths=lengths)
-    report.checks.insert(0, step)  # first: the precision the other checks assume follows from it
-    run_dir = recipe.output_dir
-    if not resume:
-        report.as_the_run("output_dir", lambda: rundir.check_new_run_dir(Path(run_dir), overwrite),
-                          f"{run_dir} can be written" + (" (replaced: --overwrite)" if overwrite else ""))
-    p = recipe.probe
-    if p.enabled:
-        report.as_the_run("probe files", lambda: load_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4),
-                          f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
     return report

@@ -16,6 +16,7 @@ import math
 import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,13 @@ from .. import data, rundir, trackers
 from ..data import BatchOrder
 from ..distributed import Distributed
 from ..names import OPTIMIZERS
-from ..model import BuiltModel, build_model, load_checkpoint_model, load_tokenizer, parameter_groups
+from ..errors import CompileError
+from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from .progress import Reporter, empty_window
 from ..recipe import Recipe, dump_recipe, schedule_warnings
-from ..runtime import autocast_for, precision_of_saved_run, resolve_device, seed_everything
+from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from ..methods import lpft
 from .loss import Term
 
@@ -41,6 +43,12 @@ class TaskData:
     spec: data.TaskSpec
     train: data.Features
     dev: dict[str, data.Features]
+    holdout: data.Features | None = None  # task.holdout's rows, taken out of train
+
+    @property
+    def chooses_on(self) -> dict[str, data.Features]:
+        """What evaluations during training score, and best/ is chosen by: the holdout, else dev."""
+        return {"holdout": self.holdout} if self.holdout is not None else self.dev
 
 
 def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
@@ -52,7 +60,10 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
 
     train = features("train", cfg.max_train_examples)
     dev = {split: features(split, cfg.max_eval_examples) for split in spec.dev_splits}
-    return TaskData(spec, train, dev)
+    if cfg.holdout <= 0:
+        return TaskData(spec, train, dev)
+    kept, held = data.holdout_split(train.labels, cfg.holdout, regression=spec.num_labels == 1)
+    return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held))
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -133,55 +144,111 @@ class Prepared:
     tokenizer: Any
     task: TaskData
     total_steps: int
-    built: BuiltModel
+    built: BuiltModel | None  # None: a dry run whose checks failed stops before the model
+    adapter: Any = None  # LoRA: peft's model around built.model (which holds its adapters)
+    checks: preflight.Preflight | None = None  # every check made, in the order --dry-run lists them
+    start: Start | None = None
 
 
-def prepare(recipe: Recipe, ctx: Distributed, resume: bool, overwrite: bool, reporter: Reporter) -> Prepared:
-    """Load and check, touching nothing on disk; every rank of a distributed run does the same."""
+class Start(Enum):
+    """How a run begins: in a new directory, replacing one (--overwrite), or from its last/ (--resume)."""
+
+    NEW = "new"
+    OVERWRITE = "overwrite"
+    RESUME = "resume"
+
+    @classmethod
+    def of(cls, *, resume: bool, overwrite: bool) -> Start:
+        return cls.RESUME if resume else cls.OVERWRITE if overwrite else cls.NEW
+
+
+def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, *, dry_run: bool = False) -> Prepared:
+    """Load and check, touching nothing on disk; every rank of a distributed run does the same.
+
+    ``dry_run``: `recall finetune --dry-run` is this function too. It goes on past a failed check to
+    report every check (Prepared.checks) and stops before the model loads when one failed; the run
+    stops at the first failed check with that check's own error (its line and exit code)."""
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
     seed_everything(tc.seed)
+    report = preflight.Preflight()
+
+    def check(name: str, fn, ok: str) -> None:  # the run's own code; the dry run records its failure
+        if dry_run:
+            report.as_the_run(name, fn, ok)
+        else:
+            fn()
+            report.add(name, "ok", ok)
 
     trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
+    resume = start is Start.RESUME
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
     recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
+    tail: list[preflight.Check] = []  # the dry run lists these after the model's checks, as it always did
     if not resume:
-        rundir.check_new_run_dir(run_dir, overwrite)
-    tokenizer = load_tokenizer(str(last) if last else recipe.model.name_or_path, recipe.model.trust_remote_code)
+        check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
+              f"{run_dir} can be written" + (" (replaced: --overwrite)" if start is Start.OVERWRITE else ""))
+        tail.append(report.checks.pop())
+    source = str(last) if last else recipe.model.name_or_path
+    tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     lengths = [len(ids) for ids in task.train.input_ids]
-    step = compiled.plan_step(
-        recipe, device, lengths=lengths, total_steps=total_steps,
-        done_steps=saved[0].get("step", 0) if saved is not None else 0, model_source=str(last) if last else None,
-        world_size=ctx.world_size, recorded_precision=recorded,
-        recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
-    compile_mode, compile_reason, precision, why = step.mode, step.reason, step.precision, step.precision_reason
-    checks = preflight.run_checks(recipe, tokenizer, num_labels=task.spec.num_labels, device=device,
-                                  precision=precision, world_size=ctx.world_size, resume=last is not None,
-                                  lengths=lengths,
-                                  model_source=str(last) if last else None)
-    checks.raise_on_failure()
-    for check in checks.checks:
-        if check.status == "warn":
-            reporter.warn(f"preflight: {check.name}: {check.message}")
-    if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
-        probe_inputs(list(recipe.probe.probes), recipe.probe.texts_file, recipe.probe.pairs_file, 4, 4)
-    for message in schedule_warnings(recipe, total_steps):
-        reporter.warn(message)
-
-    if last is not None:
-        built = BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), checkpoint.load_anchors(run_dir))
+    config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
+    try:
+        step = compiled.plan_step(
+            recipe, device, lengths=lengths, total_steps=total_steps,
+            done_steps=saved[0].get("step", 0) if saved is not None else 0, config=config,
+            world_size=ctx.world_size, recorded_precision=recorded,
+            recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
+    except CompileError as exc:
+        if not dry_run:
+            raise
+        report.add("step", "fail", str(exc), exc)
+        step = compiled.StepPlan(None, str(exc), *choose_precision(tc.precision, device, recorded, compiled=False))
     else:
+        how = "eager" if step.mode is None else f"compiled ({step.mode})"
+        report.add("step", "ok", f"{how} ({step.reason}); {step.precision} ({step.precision_reason})")
+    preflight.run_checks(recipe, tokenizer, config, report, num_labels=task.spec.num_labels, device=device,
+                         precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths)
+    if not dry_run:
+        report.raise_on_failure()
+    report.checks += tail
+    if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
+        p = recipe.probe
+        check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4),
+              f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
+    if not dry_run:
+        for found in report.checks:
+            if found.status == "warn":
+                reporter.warn(f"preflight: {found.name}: {found.message}")
+        for message in schedule_warnings(recipe, total_steps):
+            reporter.warn(message)
+    prepared = Prepared(recipe, ctx, device, step.precision, step.precision_reason, step.mode, step.reason, saved,
+                        tokenizer, task, total_steps, None, checks=report, start=start)
+    if dry_run and report.failures:
+        return prepared  # the model would only add noise to a run that cannot start
+
+    lora_cfg = recipe.model.lora
+    if last is not None and lora_cfg.r == 0:
+        built = BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), checkpoint.load_anchors(run_dir))
+    else:  # a new run; or a LoRA run, whose last/ holds merged weights: theta* again, its adapters from last/adapter
         built = build_model(recipe.model, task.spec.num_labels, tc.seed, task.spec.label_names)
+    if lora_cfg.r > 0:
+        from ..methods import lora
+
+        prepared.adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
+        if last is not None:
+            lora.load_adapter(prepared.adapter, last)
+        built = BuiltModel(prepared.adapter.get_base_model(), built.anchors)
+    prepared.built = built
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
-    return Prepared(recipe, ctx, device, precision, why, compile_mode, compile_reason, saved, tokenizer, task,
-                    total_steps, built)
+    return prepared
 
 
 # ---- stage 2: the run ----------------------------------------------------------------------------
@@ -221,10 +288,11 @@ class Training:
     terms: list[Term] = field(default_factory=list)  # the methods' loss terms (training/loss.py)
     head_only: bool = False  # LP-FT's head phase: the encoder is frozen until train.linear_probe_steps
     method_info: dict[str, str] = field(default_factory=dict)  # the start line's words on the methods
+    adapter: Any = None  # LoRA: peft's model around `model`, for saving the adapters and merging them
     part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
 
 
-def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: bool, overwrite: bool) -> Training:
+def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Training:
     recipe, ctx, device = p.recipe, p.ctx, p.device
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
@@ -234,20 +302,26 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
     model.train()
     optimizer = build_optimizer(model, anchors, recipe, p.total_steps)
     pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
-    if not pairs:  # adamw: keep theta* only to measure forgetting
-        pairs = [(q, anchors[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in anchors]
+    if p.adapter is not None:  # LoRA: theta* by the adapted layers' names; the distance is the adapters' update
+        from ..methods import lora
+
+        functional, pairs = lora.theta_star_names(model, anchors), []
+    else:
+        functional = anchors  # what makes `model` compute theta*'s function (the probes' and the anchor's reference)
+        if not pairs:  # adamw: keep theta* only to measure forgetting
+            pairs = [(q, anchors[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in anchors]
     scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
     pad_id = p.tokenizer.pad_token_id if p.tokenizer.pad_token_id is not None else 0
 
     # Rank 0 alone probes (on `model`, outside DDP: no collective); the others wait at the next one.
     # Built before the run directory is touched: a probe file it cannot read leaves nothing behind.
-    prober = prober_for_run(recipe, model, anchors, p.tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
+    prober = prober_for_run(recipe, model, functional, p.tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
     for note in prober.notes if prober else ():
         reporter.warn(note)
-    terms, method_info = _build_terms(p, model, anchors, pad_id, reporter)
+    terms, method_info = _build_terms(p, model, functional, pad_id, reporter)
     params = [q for q in model.parameters() if q.requires_grad]
 
-    state = _restore_or_start(p, optimizer, scaler, anchors, new_dir, resume, overwrite)
+    state = _restore_or_start(p, optimizer, scaler, anchors, new_dir)
     del anchors  # RecAdam (or `pairs`) holds the copy it needs
     # LP-FT: frozen before DDP and torch.compile see the model (the loop unfreezes it after the phase).
     head_only = lpft.in_probe_phase(state.step, tc.linear_probe_steps)
@@ -272,7 +346,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir, resume: b
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
-        terms=terms, head_only=head_only, method_info=method_info,
+        terms=terms, head_only=head_only, method_info=method_info, adapter=p.adapter,
     )
 
 
@@ -292,17 +366,17 @@ def _build_terms(p: Prepared, model, theta_star, pad_id: int, reporter: Reporter
     return [anchor], info
 
 
-def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.NewRunDir, resume: bool,
-                      overwrite: bool) -> TrainerState:
+def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.NewRunDir) -> TrainerState:
     """The trainer state of last/ with the optimizer, scaler and RNG streams it saved; or a fresh state
     and a new run directory holding config.yaml, metrics.jsonl and theta*."""
     ctx, run_dir = p.ctx, Path(p.recipe.output_dir)
+    resume = p.start is Start.RESUME
     if ctx.is_main and resume and run_dir.exists():
         rundir.remove_stale_staging(run_dir)
     if p.saved is None:
         if ctx.is_main:
             # --resume of a run interrupted before its first checkpoint: start over in the same directory.
-            new_dir.begin(overwrite=overwrite or resume)
+            new_dir.begin(overwrite=p.start is not Start.NEW)
             # config.yaml and metrics.jsonl first (they make it a run directory), theta* (hundreds of MB)
             # after: a kill in between leaves a run that --resume simply starts over.
             dump_recipe(p.recipe, run_dir / rundir.CONFIG_FILE)

