@@ -55,7 +55,12 @@ CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
 # Compiled loops: named in --configs only (on a CPU their first compile takes minutes). Trainer's
 # torch_compile=True; recall's train.compile=on with length buckets of 32 (CUDA graphs on a GPU).
 COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled")
-GLUE_CONFIGS = ("trainer-padded", *CONFIGS, *COMPILED_CONFIGS)
+# The methods (README "Methods"), each on AdamW, against recall-adamw at the same shape: named in --configs.
+# keep: the embedding anchor at weight 1 (theta*'s embeddings cached by a pre-pass, timed apart);
+# lora: LoRA r = 8 on every linear layer of the encoder.
+METHOD_CONFIGS = {"recall-adamw-keep": {"keep": {"embeddings": 1.0}},
+                  "recall-adamw-lora": {"model": {"lora": {"r": 8, "alpha": 16}}}}
+GLUE_CONFIGS = ("trainer-padded", *CONFIGS, *COMPILED_CONFIGS, *METHOD_CONFIGS)
 WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",
                "data", "task")
 
@@ -104,7 +109,8 @@ def task_dict(args) -> dict:
             "max_seq_length": args.seq_len, "max_eval_examples": 32}
 
 
-def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path, compiled: bool = False) -> dict:
+def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path, compiled: bool = False,
+                method: dict | None = None) -> dict:
     recipe = {
         "model": {"name_or_path": str(model_dir), "init": "pretrained"},
         "task": task_dict(args),
@@ -116,6 +122,9 @@ def recipe_dict(args, model_dir: Path, optimizer: str, output_dir: Path, compile
     if compiled:  # only then: a --baseline checkout older than train.compile reads the rest
         recipe["train"]["compile"] = "on"
         recipe["task"]["pad_to_multiple_of"] = min(32, args.seq_len)
+    for section, values in (method or {}).items():
+        for key, value in values.items():
+            recipe.setdefault(section, {})[key] = value
     return recipe
 
 
@@ -145,7 +154,7 @@ def peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False) -> dict:
+def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False, method: dict | None = None) -> dict:
     from recall_cli.recipe import recipe_from_dict
     from recall_cli.training.loop import finetune
     from recall_cli.training.progress import Reporter
@@ -157,12 +166,13 @@ def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False) ->
             clock.tick()
 
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = recipe_from_dict(recipe_dict(args, model_dir, optimizer, Path(tmp) / "run", compiled), "benchmark")
+        recipe = recipe_from_dict(recipe_dict(args, model_dir, optimizer, Path(tmp) / "run", compiled, method),
+                                  "benchmark")
         summary = finetune(recipe, reporter=Timing())
     record = summary.get("compile") or {}
     return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optimizer,
             "compile_s": record.get("seconds", 0.0), "compile_mode": record.get("mode"),
-            "compile_fallback": record.get("fallback")}
+            "compile_fallback": record.get("fallback"), "method": (summary.get("method") or {}).get("anchor")}
 
 
 def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled: bool = False) -> dict:
@@ -260,6 +270,8 @@ def worker(args) -> None:
         result = run_trainer(args, model_dir, pad_to_max_length=True)
     elif args.worker == "bare-loop":
         result = run_bare_loop(args, model_dir)
+    elif args.worker in METHOD_CONFIGS:
+        result = run_recall(args, model_dir, "adamw", method=METHOD_CONFIGS[args.worker])
     else:
         name = args.worker.removeprefix("recall-")
         result = run_recall(args, model_dir, name.removesuffix("-compiled"), compiled=name.endswith("-compiled"))
@@ -348,6 +360,13 @@ def main() -> None:
         recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
         print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
               f"peak memory RecAdam / AdamW: {med('recall-recadam', 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}")
+    for name in (c for c in configs if c in METHOD_CONFIGS and "recall-adamw" in configs):
+        adamw = med("recall-adamw", "samples_per_s")
+        per_round = ", ".join(f"{b['samples_per_s'] / a['samples_per_s']:.3f}"
+                              for a, b in zip(results[name], results["recall-adamw"]))
+        print(f"{name} step time / recall-adamw's: {adamw / med(name, 'samples_per_s'):.3f} (per round: {per_round}); "
+              f"peak memory ratio: {med(name, 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}"
+              + (f"; {results[name][0]['method']}" if results[name][0].get("method") else ""))
     for name in (c for c in configs if c.startswith("baseline-")):
         mine = name.replace("baseline-", "recall-")
         per_round = ", ".join(f"{a['samples_per_s'] / b['samples_per_s']:.3f}" for a, b in zip(results[mine], results[name]))

@@ -355,7 +355,9 @@ def read_metrics_checked(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]
 
 def record_problem(record: Any, need: tuple[str, ...] = ("step", "split")) -> str | None:
     """Why a metrics record (or summary.json's best/final/probe) cannot be read, or None: ``step`` a
-    whole number, ``split`` text, every other value a number, null or a list of numbers (per layer)."""
+    whole number, ``split`` and ``data`` (which split an evaluation scored: "holdout", "dev") text,
+    ``holdout`` and ``dev`` (summary.json's final under task.holdout) records of their own, every other
+    value a number, null or a list of numbers (per layer)."""
     if not isinstance(record, dict):
         return f"it holds {_json_type(record)}, not a JSON object"
     for key in need:
@@ -365,9 +367,13 @@ def record_problem(record: Any, need: tuple[str, ...] = ("step", "split")) -> st
         if key == "step":
             if not (isinstance(value, int) and not isinstance(value, bool)):
                 return f"'step' is {_json_type(value)}, not a whole number"
-        elif key == "split":
+        elif key in ("split", "data"):
             if not isinstance(value, str):
-                return f"'split' is {_json_type(value)}, not text"
+                return f"'{key}' is {_json_type(value)}, not text"
+        elif key in ("holdout", "dev") and isinstance(value, dict):
+            problem = record_problem(value, need=())
+            if problem is not None:
+                return f"'{key}' has {problem}"
         elif isinstance(value, list):
             if not all(v is None or _is_number(v) for v in value):
                 return f"'{key}' is a list with something other than numbers in it"

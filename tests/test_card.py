@@ -34,6 +34,7 @@ def run(tiny_model_dir, tmp_path_factory) -> Path:
     return tmp / "out"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["best", "last"])
 def test_checkpoint_cards_read_back_with_the_hubs_parser(run, name):
     summary = json.loads((run / "summary.json").read_text())

@@ -145,6 +145,7 @@ def test_theta_star_is_spelled_one_way_in_help():
     assert "θ" not in text and "theta*" in text
 
 
+@pytest.mark.slow
 def test_forgetting_takes_run_folders_as_arguments_and_as_run_dir(tmp_path):
     from typer.testing import CliRunner
 

@@ -225,6 +225,7 @@ def test_the_eager_check_passes_a_faithful_forward_and_names_a_wrong_one(still_m
 # ---- runs -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_compiled_run_trains_as_the_eager_one_and_records_its_compile(still_model, tmp_path):
     """One compiled and one eager run of the same recipe (buckets of 16, a partial last batch, two
     micro-batches per step): the same losses, weights and dev scores within fp32 reordering, and a
@@ -254,6 +255,7 @@ def test_a_compiled_run_trains_as_the_eager_one_and_records_its_compile(still_mo
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-4
 
 
+@pytest.mark.slow
 def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_one(still_model, tmp_path, monkeypatch):
     recipe = lambda name: write_recipe(tmp_path / f"{name}.yaml", sst2_recipe(  # noqa: E731
         still_model, tmp_path / name, train={"compile": "on", "max_steps": 8, "log_every": 2, "save_every": 4}))
@@ -291,6 +293,7 @@ def failing_compile(model, device, mode=None, *, lengths=8):
     return forward
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_the_eager_step_in_one_line_and_trains_as_eager(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(compiled, "decide", lambda *a, **k: ("default", "auto: chosen for this test"))
     monkeypatch.setattr(compiled, "compile_model", failing_compile)
@@ -309,6 +312,7 @@ def test_auto_falls_back_to_the_eager_step_in_one_line_and_trains_as_eager(tiny_
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_step_it_ran_and_never_compiles_again_after_a_fallback(tiny_model_dir, tmp_path,
                                                                                         monkeypatch):
     """A run under `auto` whose compiled step fell back to eager, stopped at step 2 and resumed: the

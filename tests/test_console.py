@@ -41,6 +41,7 @@ def test_progress_line_fields_readable(width):
         assert field in log
 
 
+@pytest.mark.slow
 def test_rich_output_of_a_real_run(tiny_model_dir, tmp_path):
     """--rich through the CLI: the start line, one full log line per train record, evals and the end line."""
     from typer.testing import CliRunner

@@ -79,6 +79,7 @@ def test_shard_splits_a_global_batch_in_order():
     assert sum((shard(list(range(10)), r, 4) for r in range(4)), []) == list(range(10))
 
 
+@pytest.mark.slow
 def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
     a = load_file(str(runs["two"] / "last" / "model.safetensors"))
     b = load_file(str(runs["one"] / "last" / "model.safetensors"))
@@ -136,6 +137,7 @@ def test_resume_with_another_world_size_is_refused(runs):
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_data_error_under_torchrun_prints_one_line_and_exits_2(nodrop_model_dir, tmp_path):
     """The error surfaces while loading data, after the recipe was accepted: every rank meets it
     before the process group exists, so none waits for the others; rank 0 alone prints it, and the
@@ -158,6 +160,7 @@ def test_a_data_error_under_torchrun_prints_one_line_and_exits_2(nodrop_model_di
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_two_processes_with_the_compiled_step_take_the_same_steps_as_one_eager(runs, nodrop_model_dir, tmp_path):
     """DDP with train.compile=on (plain inductor under DDP, no CUDA graphs) and length buckets: the
     same weights as the eager single process, within fp32 reordering; the record says what ran."""

@@ -34,6 +34,7 @@ def finished_run(tiny_model_dir, tmp_path_factory) -> Path:
     return tmp / "out"
 
 
+@pytest.mark.slow
 def test_run_directory_contract(finished_run, tiny_model_dir):
     run = finished_run
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -105,6 +106,7 @@ def test_evaluate_agrees_with_the_recorded_eval(finished_run):
     assert table.exit_code == 0 and "accuracy" in table.output
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_and_random_init_starts_far(tiny_model_dir, tmp_path):
     """RI: same architecture, the model's own initialiser, seeded; theta* stays the pretrained weights."""
     distances = []
@@ -172,6 +174,7 @@ def test_model_not_found_offline_is_one_clear_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_existing_output_dir_is_refused_then_overwritten(finished_run, tmp_path, tiny_model_dir):
     out = tmp_path / "out"
     path = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, train={"max_steps": 2, "eval_every": 0}))
@@ -187,6 +190,7 @@ def test_existing_output_dir_is_refused_then_overwritten(finished_run, tmp_path,
     assert (stranger / "precious.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_divergence_stops_with_its_own_exit_code(tiny_model_dir, tmp_path):
     """A regression target whose square overflows float32 makes the loss inf at the first step."""
     train = tmp_path / "train.jsonl"
@@ -221,6 +225,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tiny_model_dir, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.slow
 def test_adamw_measures_distance_from_zero(tiny_model_dir, tmp_path):
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", optimizer={"name": "adamw"},
                          train={"max_steps": 4, "log_every": 1, "eval_every": 0})
@@ -231,6 +236,7 @@ def test_adamw_measures_distance_from_zero(tiny_model_dir, tmp_path):
     assert 0 < distances[0] < distances[-1]
 
 
+@pytest.mark.slow
 def test_real_minilm_on_real_rte_rows(tmp_path):
     """Integration: the packaged all-MiniLM-L6-v2, a few RecAdam steps on real RTE rows."""
     from conftest import minilm_path

@@ -3,6 +3,8 @@ registry. It must load through recall's own `pkg:` path as the real model rounde
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from gpu_kit import MODEL_FILES, WEIGHTS, write_stand_in  # noqa: E402
 
 
+@pytest.mark.slow
 def test_the_stand_in_loads_through_pkg_as_the_model_rounded_to_fp16(tmp_path):
     package = write_stand_in(tmp_path / "site")
     original = load_file(str(Path(minilm_path()) / WEIGHTS))

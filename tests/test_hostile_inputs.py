@@ -121,6 +121,7 @@ def wide_runs(tmp_path_factory):
     return {name: make_run(root, name, base, seed) for name, seed in (("a", 1), ("b", 2))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "stopped by SIGTERM"), (signal.SIGINT, 130, "interrupted")])
 def test_a_signal_mid_merge_removes_the_staging_folder(wide_runs, tmp_path, sig, code, said):
     out = tmp_path / "out"
@@ -174,6 +175,7 @@ def test_ctrl_c_in_evaluate_record_does_not_talk_about_finetune(runs, tmp_path, 
 # ---- 3. exit 2 = nothing written: merge --evaluate scores the outputs before they are renamed -----
 
 
+@pytest.mark.slow
 def test_merge_evaluate_that_fails_leaves_no_output(runs, tmp_path, monkeypatch):
     from recall_cli import evaluate
     from recall_cli.errors import DataError
@@ -205,6 +207,7 @@ def test_merge_evaluate_that_fails_leaves_no_output(runs, tmp_path, monkeypatch)
 # ---- 4. the environment: exit 4, the path named, checked before the work ---------------------------
 
 
+@pytest.mark.slow
 def test_an_output_path_that_cannot_be_a_folder_is_exit_4_before_the_merge(runs, tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
@@ -325,6 +328,7 @@ def test_probe_against_a_model_of_another_width_is_refused(runs, tmp_path):
     ({"pairs_file": "empty.tsv"}, "empty.tsv: no rows (need a header and sentence1, sentence2, score columns)"),
     ({"texts_file": "binary.txt"}, "binary.txt: not UTF-8 text (byte 128): save the probe texts as UTF-8, one sentence a line"),
 ])
+@pytest.mark.slow
 def test_dry_run_and_run_refuse_the_same_probe_files(tiny_model_dir, tmp_path, probe, said):
     (tmp_path / "empty.tsv").write_text("")
     (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 8)

@@ -138,6 +138,7 @@ def test_recadam_for_a_fine_tuned_classifier_leaves_its_head_unanchored(tmp_path
 # ---- the README's plain loop ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_readme_plain_loop_runs_and_probe_equals_recall_probe(mlm_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plain = readme_examples()[0]
@@ -192,6 +193,7 @@ class Recorder(TrainerCallback):
         Recorder.seen.append({**logs, "global_step": state.global_step})
 
 
+@pytest.mark.slow
 def test_readme_hf_trainer_example_logs_lambda_and_distance_to_report_to(mlm_dir, tmp_path, monkeypatch):
     pytest.importorskip("accelerate", reason="the Trainer needs accelerate (the dev extra installs it)")
     import transformers.trainer

@@ -45,6 +45,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_identical_models_merge_to_themselves(runs, samples, tmp_path):
     twin = tmp_path / "a_twin"
     shutil.copytree(runs["a"], twin)
@@ -88,6 +89,7 @@ def test_recall_weights_sum_to_one_and_favour_the_reference(runs, samples, tmp_p
     assert torch.equal(merged_b["classifier.weight"], b["classifier.weight"])
 
 
+@pytest.mark.slow
 def test_temperature_sharpens_the_weights(runs, samples, tmp_path):
     spread = []
     for tau in ("10", "0.05"):
@@ -123,6 +125,7 @@ def test_pretrained_encoder_as_an_input_is_wise_ft(runs, tiny_model_dir, tmp_pat
     assert set(weights(out / tiny_model_dir.name)) == set(pre)  # an encoder, no head
 
 
+@pytest.mark.slow
 def test_task_arithmetic_lambda_zero_returns_the_base(runs, tiny_model_dir, tmp_path):
     pre = weights(tiny_model_dir)
     for i, base in enumerate((["--base", str(tiny_model_dir)], [])):  # --base, then the runs' anchor.safetensors
@@ -170,6 +173,7 @@ def test_ties_matches_a_hand_computed_example(runs, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_chunked_ties_equals_the_formula_on_all_n_vectors_at_once(runs):
     """The engine fuses TIES in row chunks after a per-model threshold pass; with a tiny chunk every
     tensor spans many chunks, and the result must be the formula on the stacked whole task vectors."""
@@ -214,6 +218,7 @@ def test_chunked_ties_equals_the_formula_on_all_n_vectors_at_once(runs):
     assert torch.equal(trimmed, torch.tensor([[-1.0, -2.0], [2.0, 2.5], [0.0, 0.0]]))
 
 
+@pytest.mark.slow
 def test_outputs_open_with_from_pretrained_and_score_with_evaluate(runs, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
@@ -278,6 +283,7 @@ def test_bad_input_exits_2_and_writes_nothing(runs, samples, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
 
 
+@pytest.mark.slow
 def test_each_output_carries_a_model_card_the_hub_reads_with_what_evaluate_measured(runs, tmp_path):
     """OUT/<name>/README.md: the Hub's metadata (tags, base model, model-index holding --evaluate's
     merged score for that output), the inputs and settings; the sources' own cards are not copied,

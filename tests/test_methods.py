@@ -91,6 +91,39 @@ def head(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in ws.items() if not k.startswith("bert.")}
 
 
+# ---- 1. off is today's run, bit for bit ------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["adamw", "recadam"])
+def test_methods_off_train_exactly_as_a_recipe_without_them(tiny_model_dir, tmp_path, optimizer):
+    def recipe(name: str, **extra) -> dict:
+        r = tiny_recipe(tiny_model_dir, tmp_path / name, optimizer={"name": optimizer}, probe=NO_PROBE,
+                        train={"max_steps": 6, "log_every": 2, "eval_every": 3})
+        for section, values in extra.items():
+            r.setdefault(section, {}).update(values)
+        return r
+
+    plain = recipe("plain")
+    assert "keep" not in plain and "linear_probe_steps" not in plain["train"]
+    off = recipe("off", keep={"embeddings": 0}, train={"linear_probe_steps": 0})
+    assert off["keep"] == {"embeddings": 0} and off["train"]["linear_probe_steps"] == 0
+    a, b = run(tmp_path, "plain", plain), run(tmp_path, "off", off)
+    assert active_methods(recipe_from_dict(off, "off")) == [] and method_block(recipe_from_dict(off, "off")) is None
+
+    for folder in ("best", "last"):
+        assert identical(weights(a, folder), weights(b, folder)), folder
+    assert not identical(weights(b), pretrained_by_name(tiny_model_dir) | head(weights(b)))  # it trained
+    assert comparable(read_metrics(a)) == comparable(read_metrics(b))
+    for run_dir in (a, b):
+        records = train_records(run_dir)
+        assert [r["step"] for r in records] == [2, 4, 6]
+        for r in records:
+            assert not {"loss_task", "loss_keep", "keep_weight"} & set(r), r
+        assert "method" not in summary(run_dir)
+        assert not (run_dir / "lp").exists()
+
+
 # ---- 2. the step's loss ----------------------------------------------------------------------------
 
 
@@ -286,70 +319,6 @@ def test_embed_examples_covers_each_example_in_order(tiny_batch):
         whole = model(**inputs, output_hidden_states=True).hidden_states[-1][:, 0]
     assert out.shape == (3, model.config.hidden_size)
     assert torch.allclose(out, whole, atol=1e-5)
-
-
-# ---- 9. bad keys: exit 2, the key named in the recipe's one problem, nothing created ---------------
-
-
-@pytest.mark.parametrize("overrides, said", [
-    (["keep.embeddings=-1"], "keep.embeddings: the anchor's weight must be >= 0 (0 = off), got -1.0"),
-    (["keep.embeddings=.nan"], "keep.embeddings: expected a finite number, got nan"),
-    (["keep.pooling=max"], "keep.pooling: expected one of mean, cls, got 'max'"),
-    (["keep.distance=l1"], "keep.distance: expected one of cosine, mse, gram, got 'l1'"),
-    (["keep.schedule=linear"], "keep.schedule: expected one of constant, recall, got 'linear'"),
-    (["train.linear_probe_steps=12"], "train.linear_probe_steps: 12 head-only steps leave none of the run's 12"),
-    (["train.linear_probe_steps=13"], "train.linear_probe_steps: 13 head-only steps leave none of the run's 12"),
-    (["keep.embeddings=1", "model.init=random", "optimizer.name=recadam"],
-     "keep.embeddings: a random-init run has no pretrained function to keep"),
-    (["model.lora.r=-1"], "model.lora.r: the adapters' rank must be >= 0 (0 = full fine-tuning), got -1"),
-    (["model.lora.r=1.5"], "model.lora.r: expected an integer, got 1.5"),
-    (["model.lora.dropout=1"], "model.lora.dropout: must be in [0, 1), got 1.0"),
-])
-def test_bad_method_keys_are_refused_in_one_line_before_anything_is_written(tiny_model_dir, tmp_path, overrides, said):
-    out = tmp_path / "out"
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE))
-    for extra in ([], ["--dry-run"]):
-        result = runner.invoke(app, ["finetune", str(recipe), *overrides, "--plain", *extra])
-        assert result.exit_code == 2, result.output
-        assert "Traceback" not in result.output
-        # the recipe's error format: a header, then one line per problem; here exactly one, naming the key
-        lines = result.stderr.strip().splitlines()
-        assert lines == [f"error: {recipe}: 1 problem in the recipe:", lines[1]], lines
-        assert lines[1].startswith(f"  - {said}"), lines[1]
-        assert not out.exists()
-
-
-# ---- 1. off is today's run, bit for bit ------------------------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["adamw", "recadam"])
-def test_methods_off_train_exactly_as_a_recipe_without_them(tiny_model_dir, tmp_path, optimizer):
-    def recipe(name: str, **extra) -> dict:
-        r = tiny_recipe(tiny_model_dir, tmp_path / name, optimizer={"name": optimizer}, probe=NO_PROBE,
-                        train={"max_steps": 6, "log_every": 2, "eval_every": 3})
-        for section, values in extra.items():
-            r.setdefault(section, {}).update(values)
-        return r
-
-    plain = recipe("plain")
-    assert "keep" not in plain and "linear_probe_steps" not in plain["train"]
-    off = recipe("off", keep={"embeddings": 0}, train={"linear_probe_steps": 0})
-    assert off["keep"] == {"embeddings": 0} and off["train"]["linear_probe_steps"] == 0
-    a, b = run(tmp_path, "plain", plain), run(tmp_path, "off", off)
-    assert active_methods(recipe_from_dict(off, "off")) == [] and method_block(recipe_from_dict(off, "off")) is None
-
-    for folder in ("best", "last"):
-        assert identical(weights(a, folder), weights(b, folder)), folder
-    assert not identical(weights(b), pretrained_by_name(tiny_model_dir) | head(weights(b)))  # it trained
-    assert comparable(read_metrics(a)) == comparable(read_metrics(b))
-    for run_dir in (a, b):
-        records = train_records(run_dir)
-        assert [r["step"] for r in records] == [2, 4, 6]
-        for r in records:
-            assert not {"loss_task", "loss_keep", "keep_weight"} & set(r), r
-        assert "method" not in summary(run_dir)
-        assert not (run_dir / "lp").exists()
 
 
 # ---- 5. the anchor's records: loss = task + weight x keep ------------------------------------------
@@ -566,6 +535,37 @@ def test_a_run_resumed_across_the_phase_boundary_ends_as_an_uninterrupted_one(ti
     assert untimed(a["method"]) == untimed(b["method"])
     if name != "lp_ft":
         assert a["method"]["anchor"].split(", pre-pass")[0] == b["method"]["anchor"].split(", pre-pass")[0]
+
+
+# ---- 9. bad keys: exit 2, the key named in the recipe's one problem, nothing created ---------------
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["keep.embeddings=-1"], "keep.embeddings: the anchor's weight must be >= 0 (0 = off), got -1.0"),
+    (["keep.embeddings=.nan"], "keep.embeddings: expected a finite number, got nan"),
+    (["keep.pooling=max"], "keep.pooling: expected one of mean, cls, got 'max'"),
+    (["keep.distance=l1"], "keep.distance: expected one of cosine, mse, gram, got 'l1'"),
+    (["keep.schedule=linear"], "keep.schedule: expected one of constant, recall, got 'linear'"),
+    (["train.linear_probe_steps=12"], "train.linear_probe_steps: 12 head-only steps leave none of the run's 12"),
+    (["train.linear_probe_steps=13"], "train.linear_probe_steps: 13 head-only steps leave none of the run's 12"),
+    (["keep.embeddings=1", "model.init=random", "optimizer.name=recadam"],
+     "keep.embeddings: a random-init run has no pretrained function to keep"),
+    (["model.lora.r=-1"], "model.lora.r: the adapters' rank must be >= 0 (0 = full fine-tuning), got -1"),
+    (["model.lora.r=1.5"], "model.lora.r: expected an integer, got 1.5"),
+    (["model.lora.dropout=1"], "model.lora.dropout: must be in [0, 1), got 1.0"),
+])
+def test_bad_method_keys_are_refused_in_one_line_before_anything_is_written(tiny_model_dir, tmp_path, overrides, said):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE))
+    for extra in ([], ["--dry-run"]):
+        result = runner.invoke(app, ["finetune", str(recipe), *overrides, "--plain", *extra])
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        # the recipe's error format: a header, then one line per problem; here exactly one, naming the key
+        lines = result.stderr.strip().splitlines()
+        assert lines == [f"error: {recipe}: 1 problem in the recipe:", lines[1]], lines
+        assert lines[1].startswith(f"  - {said}"), lines[1]
+        assert not out.exists()
 
 
 # ---- what the methods must not get wrong together ---------------------------------------------------

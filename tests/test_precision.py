@@ -76,6 +76,7 @@ def test_native_bf16_detection_agrees_with_the_kernels_cpu_flags():
     assert runtime.cpu_has_native_bf16() is expected
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_precision_the_run_started_with(tiny_model_dir, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, run_dir,

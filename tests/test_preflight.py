@@ -194,6 +194,7 @@ def _old_run(run_dir: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_failure_before_the_first_step_restores_the_run_directory(tiny_model_dir, tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
@@ -213,6 +214,7 @@ def test_failure_before_the_first_step_restores_the_run_directory(tiny_model_dir
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".old")] == []
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_old_run_once_training_starts(tiny_model_dir, tmp_path):
     old = tmp_path / "old"
     _old_run(old)

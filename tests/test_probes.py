@@ -97,6 +97,7 @@ def test_drift_and_pooling():
 # ---- the real MiniLM's zero-shot STS ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sts_probe_reproduces_minilm_pretrained_score():
     from scipy.stats import spearmanr
     from transformers import AutoModel, AutoTokenizer
@@ -191,6 +192,7 @@ def probed_run(tiny_model_dir, tmp_path_factory) -> Path:
     return tmp / "runs" / "on"
 
 
+@pytest.mark.slow
 def test_run_records_probes_at_step_zero_and_each_evaluation(probed_run, tiny_model_dir, tmp_path):
     records = read_metrics(probed_run)
     probes = [r for r in records if r["split"] == "probe"]
@@ -213,6 +215,7 @@ def test_run_records_probes_at_step_zero_and_each_evaluation(probed_run, tiny_mo
     assert dist(off_records) == dist(records)
 
 
+@pytest.mark.slow
 def test_forgetting_compare_and_tradeoff_read_probes(probed_run, tmp_path):
     root = probed_run.parent
     out = tmp_path / "f.png"

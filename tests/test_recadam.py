@@ -130,6 +130,7 @@ def assert_matches_reference(model, opt, ref_model, ref_body, ref_head, atol=1e-
             assert opt.state[p]["step"] == ref.t == STEPS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("foreach", [False, True], ids=["single", "foreach"])
 @pytest.mark.parametrize("correct_bias", [True, False], ids=["bias_corr", "no_bias_corr"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01], ids=["no_wd", "wd"])
@@ -156,6 +157,7 @@ def test_fused_kernel_matches_float64_transcription(anneal_fun, weight_decay):
 @pytest.mark.parametrize("floor", [0.05, 0.3])
 @pytest.mark.parametrize("kernel, mode", [("single", "decoupled"), ("foreach", "decoupled"), ("fused", "decoupled"),
                                           ("single", "coupled"), ("foreach", "coupled")])
+@pytest.mark.slow
 @pytest.mark.parametrize("anneal_fun", ["sigmoid", "linear"])
 def test_recall_floor_matches_float64_transcription(anneal_fun, kernel, mode, floor):
     """pull = lr * max(anneal_w - lambda, floor) * gamma in every kernel; lambda still weighs the task."""

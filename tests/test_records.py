@@ -53,6 +53,7 @@ def records_of(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_record_of_a_run_scores_distance_and_probes(run, tiny_model_dir, tmp_path):
     summary = record(run, tmp_path / "rec", "--against", tiny_model_dir)
     evaluation, probe = records_of(tmp_path / "rec")
@@ -69,6 +70,7 @@ def test_record_of_a_run_scores_distance_and_probes(run, tiny_model_dir, tmp_pat
     assert config["task"]["name"] == "mrpc" and config["output_dir"] == str(tmp_path / "rec")
 
 
+@pytest.mark.slow
 def test_wise_ft_endpoints_are_theta_star_and_the_run(run, tiny_model_dir, tmp_path):
     """alpha = 0 is θ* itself (distance 0, CKA 1, drift 0); alpha = 1 is the run (its record exactly)."""
     alone = record(run, tmp_path / "alone", "--against", tiny_model_dir)
@@ -90,6 +92,7 @@ def test_wise_ft_endpoints_are_theta_star_and_the_run(run, tiny_model_dir, tmp_p
     assert config["record"]["with"] == ["pretrained"]  # the other input has no task: θ*
 
 
+@pytest.mark.slow
 def test_a_merge_of_a_checkpoint_folder_keeps_the_runs_step_and_kind(run, tiny_model_dir, tmp_path):
     """The study merges RUN/last folders: the record still knows the run's step and how it was trained."""
     out = tmp_path / "m"
@@ -122,6 +125,7 @@ def test_overwrite_replaces_a_record_never_a_run(run, tiny_model_dir, tmp_path):
     assert first["final_distance"] == second["final_distance"]
 
 
+@pytest.mark.slow
 def test_compare_groups_records_beside_runs_and_reads_distance(run, tiny_model_dir, tmp_path):
     root = tmp_path / "all"
     record(run, root / "plain", "--against", tiny_model_dir, "--no-probe")
@@ -186,6 +190,7 @@ def test_eval_at_carries_the_logged_distance_and_training_time(tmp_path):
     assert run_.eval_at("final")["train_seconds"] == 12.0
 
 
+@pytest.mark.slow
 def test_record_distance_matches_a_real_runs_final_distance(tiny_model_dir, tmp_path):
     """On a real 4-step run, the record's ‖θ − θ*‖ of last/ equals the distance the run logged."""
     from conftest import tiny_recipe, write_recipe

@@ -191,6 +191,7 @@ def test_compare_by_and_metric(k_sweep):
         (["--where", "model.init=random"], "no runs with model.init=random"),
     ],
 )
+@pytest.mark.slow
 def test_compare_bad_input_is_one_line_exit_2(k_sweep, args, message):
     result = invoke("compare", str(k_sweep), *args)
     assert result.exit_code == 2
@@ -208,6 +209,7 @@ def test_no_runs_and_non_run_folders(tmp_path):
     assert invoke("forgetting", "--run-dir", str(tmp_path / "empty")).exit_code == 2
 
 
+@pytest.mark.slow
 def test_forgetting_figure_and_table(tmp_path):
     root = tmp_path / "runs"
     # RI: far from theta* at first, pulled in, then drifting away again; adamw: from 0, growing.

@@ -59,6 +59,7 @@ BAD_SUMMARIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_SUMMARIES))
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_broken_summary_is_named_and_the_other_runs_are_reported(tmp_path, command, case):
@@ -104,6 +105,7 @@ BAD_RECORDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_RECORDS))
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_record_of_the_wrong_type_is_skipped_naming_file_line_and_field(tmp_path, command, case):
@@ -131,6 +133,7 @@ def test_many_bad_records_give_a_few_warnings_and_a_count(tmp_path):
     assert len(lines) == 4 and lines[-1].endswith("7 more records skipped")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_last_line_cut_short_is_read_up_to_and_flagged(tmp_path, command):
     root = tmp_path / "runs"
@@ -195,6 +198,7 @@ def test_nothing_readable_is_one_line_exit_2_and_no_figure(tmp_path, command):
     assert not any(p.name.startswith(".figure") for p in tmp_path.iterdir())  # no staged figure either
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ("tradeoff", "forgetting"))
 def test_a_run_left_with_nothing_to_draw_fails_before_any_figure(tmp_path, command):
     """Readable runs, none of which tradeoff can place: one line, exit 2, no figure."""

@@ -3,6 +3,8 @@ uninterrupted run ends (same weights, same metrics records)."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import signal
@@ -37,6 +39,7 @@ def checkpoint_step(run_dir) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_weights_and_metrics(tiny_model_dir, tmp_path):
     train = {"max_steps": STEPS, "save_every": 7, "log_every": 3, "eval_every": 40, "grad_accum": 2}
     optimizer = {"anneal_t0": 60, "anneal_k": 0.1}
@@ -81,6 +84,7 @@ def test_killed_run_resumes_to_identical_weights_and_metrics(tiny_model_dir, tmp
     assert all(torch.equal(oa[i]["exp_avg_sq"], ob[i]["exp_avg_sq"]) for i in ob)
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_changes_nothing(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out",
                                                           train={"max_steps": 4, "eval_every": 0}))

@@ -35,6 +35,7 @@ def short_run(tiny_model_dir, tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_resume_of_a_run_killed_before_its_first_files_were_written(short_run):
     """Killed after config.yaml and metrics.jsonl, before theta* and any checkpoint: --resume starts over."""
     for path in short_run.iterdir():
@@ -48,6 +49,7 @@ def test_resume_of_a_run_killed_before_its_first_files_were_written(short_run):
     assert (short_run / checkpoint.ANCHOR_FILE).is_file() and (short_run / "last").is_dir()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
 def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run, precision, dtype, monkeypatch):
     """A run trained in fp16 (CUDA only) or bf16 whose best/ holds half-precision weights (a model saved

@@ -144,6 +144,7 @@ def real_sweep(tiny_model_dir, tmp_path_factory):
 CELLS = ["k0.1_s1", "k0.1_s2", "k1_s1", "k1_s2"]
 
 
+@pytest.mark.slow
 def test_sweep_runs_every_cell_and_indexes_it(real_sweep):
     _, out, _, result = real_sweep
     index = json.loads((out / "sweep.json").read_text())
@@ -178,6 +179,7 @@ def test_compare_aggregates_the_real_sweep(real_sweep):
     assert "logs" not in table.stderr  # the sweep's own log folder is not a stray run
 
 
+@pytest.mark.slow
 def test_forgetting_figure_of_the_real_sweep(real_sweep, tiny_model_dir, tmp_path, monkeypatch):
     """The figure's curves are the sweep's records: one per k (its 2 seeds pooled) on each of the three
     panels, each the median over the seeds of what the runs logged at each step."""
@@ -224,6 +226,7 @@ def test_forgetting_figure_of_the_real_sweep(real_sweep, tiny_model_dir, tmp_pat
                 assert np.allclose(values, 1 / (1 + np.exp(-float(k) * (steps - 5)))), label
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
     recipe, out, args, _ = real_sweep
     logs = {name: (out / "logs" / f"{name}.log").read_text() for name in CELLS}
@@ -250,6 +253,7 @@ def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
     assert changed.stderr.strip().endswith("(and 3 more cells like it)") and len(changed.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path):
     broken = tmp_path / "broken_model"
     broken.mkdir()
@@ -268,6 +272,7 @@ def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path
     assert "error:" in (out / "logs" / "broken-model_s1.log").read_text()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_sweep_and_its_cells_resumably(tiny_model_dir, tmp_path):
     """A scheduler pre-empting the sweep: the running cell saves last/ and the index says interrupted."""
     import os

@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "recall_cli"
 
 @pytest.mark.parametrize("head, cls", [("encoder", "BertModel"), ("classifier", "BertForSequenceClassification"),
                                        ("mlm", "BertForMaskedLM")])
+@pytest.mark.slow
 def test_heads_config_and_seed(head, cls):
     model = tiny_bert(head=head, num_labels=3, seed=7)
     assert type(model).__name__ == cls

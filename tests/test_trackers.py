@@ -165,6 +165,7 @@ def wandb_run(records):
 # ---- one run, three trackers --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_the_curves_recipe_summary_and_figures(tracked_run):
     events = tensorboard_events(tracked_run / "tensorboard")
     for split, keys in CURVES.items():
@@ -240,6 +241,7 @@ class CrashAt(Reporter):
             raise RuntimeError("crash")
 
 
+@pytest.mark.slow
 def test_resumed_run_continues_the_same_tracker_runs_without_a_step_twice(stores, tiny_model_dir):
     train = {"max_steps": 8, "log_every": 2, "eval_every": 4, "save_every": 4, "report_to": ALL}
     path = write_recipe(stores / "resumed.yaml", tiny_recipe(tiny_model_dir, stores / "resumed", train=train,
@@ -320,6 +322,7 @@ def test_record_names():
 # ---- merge --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_merge_reports_its_settings_and_scores(stores, tiny_model_dir):
     runs = [make_run(stores / "merge_runs", name, tiny_model_dir, seed) for name, seed in (("a", 1), ("b", 2))]
     out = stores / "merged"
@@ -339,6 +342,7 @@ def test_merge_reports_its_settings_and_scores(stores, tiny_model_dir):
         assert run.data.metrics[name] == value, name
 
 
+@pytest.mark.slow
 def test_a_merge_whose_tracker_cannot_start_is_kept_with_one_warning(stores, tiny_model_dir, monkeypatch):
     """OUT is complete when the trackers start: one that cannot (a login, an unreachable server)
     is a warning, the merge exits 0 and its --evaluate scores are printed."""

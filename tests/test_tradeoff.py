@@ -69,6 +69,7 @@ def floor_sweep(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_within_names_the_setting_that_keeps_the_most_skill(floor_sweep, tmp_path):
     figure = tmp_path / "t.png"
     result = invoke("tradeoff", floor_sweep, "--within", "1.0", "--out", figure, "--json")
@@ -102,6 +103,7 @@ def test_within_names_the_setting_that_keeps_the_most_skill(floor_sweep, tmp_pat
     ("2.5", 0.02, 4),  # 82.0 is 2.5 points below: in
     ("2.49", 0.01, 3),
 ])
+@pytest.mark.slow
 def test_within_at_the_boundary(floor_sweep, tmp_path, within, floor, inside):
     result = invoke("tradeoff", floor_sweep, "--within", within, "--out", tmp_path / "t.png", "--json")
     assert result.exit_code == 0, result.output
@@ -110,6 +112,7 @@ def test_within_at_the_boundary(floor_sweep, tmp_path, within, floor, inside):
     assert sum(c["within"] for c in choice["candidates"]) == inside
 
 
+@pytest.mark.slow
 def test_a_lower_is_better_y_chooses_the_lowest(floor_sweep, tmp_path):
     result = invoke("tradeoff", floor_sweep, "--y", "drift", "--within", "2.5", "--out", tmp_path / "t.png", "--json")
     assert result.exit_code == 0, result.output
@@ -119,6 +122,7 @@ def test_a_lower_is_better_y_chooses_the_lowest(floor_sweep, tmp_path):
     assert "the lowest drift of the 4 of 4 settings" in line and "drift 10.0" in line
 
 
+@pytest.mark.slow
 def test_without_within_the_output_is_as_before(floor_sweep, tmp_path):
     result = invoke("tradeoff", floor_sweep, "--out", tmp_path / "t.png")
     assert result.exit_code == 0, result.output
@@ -182,6 +186,7 @@ def spy_figures(monkeypatch) -> dict:
     return drawn
 
 
+@pytest.mark.slow
 def test_families_are_lines_from_weakest_to_strongest(study, tmp_path, monkeypatch):
     from recall_cli.report import dev_label_shares, load_runs
 
@@ -215,6 +220,7 @@ def test_families_are_lines_from_weakest_to_strongest(study, tmp_path, monkeypat
     assert not any("merge=" in text or "weights=" in text for text in fig["legend"])
 
 
+@pytest.mark.slow
 def test_within_marks_the_choice_on_the_figure(study, tmp_path, monkeypatch):
     drawn = spy_figures(monkeypatch)
     result = invoke("tradeoff", study, "--within", "0.5", "--out", tmp_path / "t.png", "--json")
@@ -272,6 +278,7 @@ def test_no_runs(tmp_path):
     assert not (tmp_path / "t.png").exists()
 
 
+@pytest.mark.slow
 def test_a_task_without_probes_is_named(floor_sweep, tmp_path):
     seeds(floor_sweep, "cola", 0.2, 0.6, task="cola", optimizer="adamw", probes=False)
     figure = tmp_path / "t.png"
@@ -295,6 +302,7 @@ def test_within_must_be_a_finite_number_of_points(floor_sweep, tmp_path, value):
 @pytest.mark.parametrize("option, value, hint", [("--x", "mian", "did you mean 'main'?"),
                                                   ("--y", "sts_retaind", "did you mean 'sts_retained'?"),
                                                   ("--y", "kept", "")])
+@pytest.mark.slow
 def test_a_misspelt_metric_is_named_with_the_known_ones(floor_sweep, tmp_path, option, value, hint):
     figure = tmp_path / "t.png"
     for extra in ([], ["--within", "1"]):
@@ -325,6 +333,7 @@ def test_forgetting_figure_draws_the_penalty_weight_of_floored_runs(tmp_path, mo
     assert "penalty's weight" in ax_lambda.get_title()
 
 
+@pytest.mark.slow
 def test_several_folders_are_read_as_one_set(floor_sweep, tmp_path):
     """compare and tradeoff take several folders (e.g. two sweeps' --out); a run named twice counts once."""
     other = tmp_path / "vanilla"
