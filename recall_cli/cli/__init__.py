@@ -157,7 +157,9 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     if OPTIMIZERS[oc.name].anchored:  # lambda(t) weighs the recall terms: vanilla runs have none
         points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
-        lambdas = {t: anneal_lambda(oc.anneal_fun, t, oc.anneal_k, t0, oc.anneal_w) for t in points}
+        # Under LP-FT the encoder's (and so RecAdam's) step count starts after the head phase.
+        shift = tc.linear_probe_steps
+        lambdas = {t: anneal_lambda(oc.anneal_fun, max(0, t - shift), oc.anneal_k, t0, oc.anneal_w) for t in points}
     warnings = schedule_warnings(recipe, total)
     methods = dry_run_lines(prepared)
     if not as_json:

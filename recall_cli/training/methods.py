@@ -22,11 +22,14 @@ from ..recipe import Recipe
 
 def recall_schedule(recipe: Recipe, total_steps: int):
     """RecAdam's pull weight at a step, max(anneal_w - lambda(t), recall_floor), from the recipe's
-    anneal keys whatever the optimizer (keep.schedule=recall)."""
+    anneal keys whatever the optimizer (keep.schedule=recall). Under LP-FT the schedule starts with the
+    fine-tuning phase, as RecAdam's does: it anneals on each weight's own step count, and the encoder's
+    first step is the run's step linear_probe_steps + 1."""
     o = recipe.optimizer
     t0 = recipe.anneal_t0_steps(total_steps)
-    return lambda step: pull_weight(o.anneal_w, anneal_lambda(o.anneal_fun, step, o.anneal_k, t0, o.anneal_w),
-                                    o.recall_floor)
+    shift = recipe.train.linear_probe_steps
+    return lambda step: pull_weight(o.anneal_w, anneal_lambda(o.anneal_fun, max(0, step - shift), o.anneal_k, t0,
+                                                              o.anneal_w), o.recall_floor)
 
 
 @dataclass

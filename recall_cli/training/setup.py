@@ -27,7 +27,7 @@ from .. import data, rundir, trackers
 from ..data import BatchOrder
 from ..distributed import Distributed
 from ..names import OPTIMIZERS
-from ..errors import CompileError
+from ..errors import CompileError, PreflightError
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
@@ -197,6 +197,12 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
+    if tc.linear_probe_steps >= total_steps:  # under train.epochs the recipe alone cannot know the run's steps
+        problem = PreflightError(f"train.linear_probe_steps: {tc.linear_probe_steps} head-only steps leave none of "
+                                 f"the run's {total_steps} to fine-tune (set it below {total_steps})")
+        if not dry_run:
+            raise problem
+        report.add("linear_probe_steps", "fail", str(problem), problem)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
     try:
