@@ -16,7 +16,7 @@ import torch
 
 from .optim import RecAdam, distance_to_anchor
 
-__all__ = ["anchor_distance", "probe", "recadam_for"]
+__all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
 DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
 
@@ -153,3 +153,47 @@ def probe(
     record = prober.measure(model)
     return {"target": name, "theta": None, "reference": reference, "texts": prober.n_texts, "pairs": prober.n_pairs,
             **record, "notes": list(prober.notes)}
+
+
+# ---- methods beside RecAdam (README "Methods in your own training loop") -------------------------
+
+
+def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | torch.nn.Module, *, weight: float = 1.0,
+                     pooling: str = "mean", distance: str = "cosine", trust_remote_code: bool = False):
+    """The embedding anchor as a loss term for your loop: ``anchor(outputs, batch)`` is the distance
+    between ``model``'s pooled sentence embeddings (``outputs`` of a forward with
+    ``output_hidden_states=True``) and θ*'s on the same batch, ``anchor.weight(step)`` its weight.
+
+    θ* is ``pretrained``: a hub id, a local folder or ``pkg:MODULE`` (its encoder is loaded), or a model
+    in memory (copied); it is kept frozen, in eval mode, on ``model``'s device, and runs on each batch
+    under no_grad. (`recall finetune` caches θ*'s embeddings instead: it knows every training row.)
+    ``recall_cli.loss_step(model, batch, [anchor], step)`` adds it to the task loss as the CLI does."""
+    import copy
+
+    from .methods.keep import EmbeddingAnchor
+
+    if isinstance(pretrained, torch.nn.Module):
+        reference = copy.deepcopy(pretrained)
+    else:
+        from .model import load_encoder
+
+        reference = load_encoder(str(pretrained), trust_remote_code)
+    device = next(model.parameters()).device
+    reference = reference.to(device).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return EmbeddingAnchor(weight, pooling=pooling, distance=distance, reference=reference)
+
+
+def freeze_encoder(model: torch.nn.Module) -> None:
+    """LP-FT's first phase: every parameter but the classification head stops training (no gradient,
+    so optimizers skip it: no update, no weight decay). :func:`unfreeze_encoder` starts the second."""
+    from .methods.lpft import freeze_encoder as freeze
+
+    freeze(model)
+
+
+def unfreeze_encoder(model: torch.nn.Module) -> None:
+    from .methods.lpft import unfreeze_encoder as unfreeze
+
+    unfreeze(model)

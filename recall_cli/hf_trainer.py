@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from .api import anchor_distance, unwrap
 
-__all__ = ["RecAdamCallback"]
+__all__ = ["LinearProbeCallback", "RecAdamCallback", "add_loss_terms"]
 
 LOGGED = ("lambda", "penalty_weight", "distance")  # the names recall's own train records use
 
@@ -48,3 +48,64 @@ class RecAdamCallback(TrainerCallback):
         logged = {k: v for k, v in self.values(optimizer).items() if v is not None}
         if logged:
             self.trainer.log(logged)
+
+
+class LinearProbeCallback(TrainerCallback):
+    """LP-FT in the Trainer: the head alone for the first ``steps`` optimizer steps, then everything.
+
+    The encoder is frozen when training begins, after the Trainer has built its optimizer over every
+    parameter: a frozen parameter gets no gradient and the optimizer skips it, so it stays bit for bit
+    where it was; at step ``steps`` it trains again::
+
+        trainer.add_callback(recall_cli.LinearProbeCallback(steps=100))
+    """
+
+    def __init__(self, steps: int):
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps: a whole number >= 1, got {steps!r}")
+        self.steps = steps
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        from .methods.lpft import freeze_encoder
+
+        if state.global_step < self.steps:
+            freeze_encoder(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        from .methods.lpft import unfreeze_encoder
+
+        if state.global_step == self.steps:
+            unfreeze_encoder(model)
+
+
+def add_loss_terms(trainer: Any, *terms: Any) -> None:
+    """The Trainer's loss becomes the task loss plus each term (recall_cli.loss_step, as `recall finetune`
+    makes it), e.g. ``add_loss_terms(trainer, recall_cli.embedding_anchor(model, pretrained))``; at each
+    training log the parts (``loss_task``, ``loss_<term>``, averaged since the last log) and each term's
+    weight (``<term>_weight``) are logged at the same step, for every ``report_to`` integration."""
+    from .training.loss import loss_step
+
+    sums: dict[str, float] = {}
+    counts = {"n": 0}
+
+    def compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ARG001
+        step = trainer.state.global_step + 1
+        loss, parts, outputs = loss_step(model, inputs, terms, step, return_outputs=True)
+        if model.training:
+            for name, value in parts.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+            counts["n"] += 1
+        return (loss, outputs) if return_outputs else loss
+
+    class _Parts(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs or "loss_task" in logs or not counts["n"]:
+                return
+            logged = {name: total / counts["n"] for name, total in sums.items()}
+            logged.update({f"{term.name}_weight": term.weight(state.global_step) for term in terms})
+            sums.clear()
+            counts["n"] = 0
+            trainer.log(logged)
+
+    trainer.compute_loss = compute_loss
+    trainer.add_callback(_Parts())

@@ -24,7 +24,8 @@ from recall_cli.cli import app
 from recall_cli.testing import save_with_tokenizer, tiny_bert, tiny_bert_dir
 
 REPO = Path(__file__).resolve().parents[1]
-PUBLIC = {"RecAdam", "RecAdamCallback", "__version__", "anchor_distance", "probe", "recadam_for"}
+PUBLIC = {"RecAdam", "RecAdamCallback", "__version__", "anchor_distance", "probe", "recadam_for", "embedding_anchor",
+          "freeze_encoder", "unfreeze_encoder", "loss_step", "add_loss_terms", "LinearProbeCallback"}
 
 
 def readme_examples() -> list[str]:
@@ -224,3 +225,59 @@ def test_readme_hf_trainer_example_logs_lambda_and_distance_to_report_to(mlm_dir
     # The Trainer trained with RecAdam (accelerate wraps it) and the given schedule.
     assert isinstance(unwrap(trainer.optimizer), recall_cli.RecAdam)
     assert trainer.lr_scheduler is namespace["scheduler"]
+
+
+# ---- the README's methods in your own loop --------------------------------------------------------
+
+
+def methods_examples() -> list[str]:
+    """The python blocks of the README's "Methods in your own training loop" section, in order."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Methods in your own training loop\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+
+
+def encoder_equal(model, pretrained: Path) -> bool:
+    """Whether every encoder weight the checkpoint holds is still θ*'s, bit for bit."""
+    from safetensors.torch import load_file
+
+    theta = load_file(str(pretrained / "model.safetensors"))
+    mine = dict(model.named_parameters())
+    shared = [name for name in theta if name in mine]
+    assert len(shared) > 10
+    return all(torch.equal(mine[name].detach(), theta[name]) for name in shared)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("steps, probe_steps, moved", [(2, 2, False), (6, 2, True)])
+def test_readme_methods_plain_loop_anchors_and_probes_first(mlm_dir, tmp_path, monkeypatch, capsys, steps, probe_steps,
+                                                            moved):
+    monkeypatch.chdir(tmp_path)
+    code = on_tiny_model(methods_examples()[0], mlm_dir,
+                         {r"steps, probe_steps = .*": f"steps, probe_steps = {steps}, {probe_steps}"})
+    namespace: dict = {}
+    exec(compile(code, "README.md (methods, plain loop)", "exec"), namespace)  # noqa: S102 - the README's own code
+    model, parts = namespace["model"], namespace["parts"]
+    # LP-FT: through the head phase the encoder is θ* bit for bit; after it, it trains.
+    assert encoder_equal(model, mlm_dir) is not moved
+    # Dropout is on in the student and off in θ*: the anchor is above 0 from the first step.
+    assert set(parts) == {"loss_task", "loss_keep"} and float(parts["loss_keep"]) > 0
+    assert "loss_task" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe_steps, moved", [(6, False), (2, True)])
+def test_readme_methods_trainer_logs_the_parts_and_runs_lp_ft(mlm_dir, tmp_path, monkeypatch, probe_steps, moved):
+    pytest.importorskip("accelerate", reason="the Trainer needs accelerate (the dev extra installs it)")
+    monkeypatch.chdir(tmp_path)
+    code = on_tiny_model(methods_examples()[1], mlm_dir,
+                         {r"steps, log_every, probe_steps = .*": f"steps, log_every, probe_steps = 6, 2, {probe_steps}"})
+    namespace: dict = {}
+    exec(compile(code, "README.md (methods, Trainer)", "exec"), namespace)  # noqa: S102 - the README's own code
+    trainer = namespace["trainer"]
+    logs = [log for log in trainer.state.log_history if "loss_keep" in log]
+    losses = [log for log in trainer.state.log_history if "loss" in log]
+    assert [log["step"] for log in logs] == [log["step"] for log in losses] == [2, 4, 6]
+    for log in logs:
+        assert log["keep_weight"] == 1.0 and log["loss_task"] > 0 and log["loss_keep"] >= 0
+    assert encoder_equal(trainer.model, mlm_dir) is not moved

@@ -23,14 +23,16 @@ class Term(Protocol):
 
 
 def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequence[Term], step: int,
-              indices: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """(the loss to back-propagate, its parts detached: loss_task and loss_<term> unweighted).
+              indices: Tensor | None = None, *, return_outputs: bool = False):
+    """(the loss to back-propagate, its parts detached: loss_task and loss_<term> unweighted), and the
+    model's outputs too with ``return_outputs`` (the Hugging Face Trainer's evaluation reads the logits).
 
     ``forward`` is the model (or its DDP or compiled wrapper); ``batch`` holds the labels, so the model
     computes the task loss; ``indices`` are the batch's example indices in the training split (what a
     cached term looks its reference rows up by)."""
     if not terms:
-        return forward(**batch).loss, {}
+        outputs = forward(**batch)
+        return (outputs.loss, {}, outputs) if return_outputs else (outputs.loss, {})
     hidden = any(term.needs_hidden_states for term in terms)
     outputs = forward(**batch, output_hidden_states=True) if hidden else forward(**batch)
     task = outputs.loss
@@ -39,4 +41,4 @@ def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequ
         value = term(outputs, batch, indices)
         total = total + term.weight(step) * value
         parts[f"loss_{term.name}"] = value.detach()
-    return total, parts
+    return (total, parts, outputs) if return_outputs else (total, parts)
