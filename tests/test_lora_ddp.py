@@ -540,7 +540,8 @@ def test_two_processes_take_the_same_steps_as_one_under_each_method(nodrop_model
             assert x == y  # dev metrics over the whole dev set, gathered across ranks
     assert trains == 6
     if case == "anchor":
-        assert all(r["loss_keep"] > 0 for r in r1 if r["split"] == "train")
+        kept = [r["loss_keep"] for r in r1 if r["split"] == "train"]
+        assert all(k >= 0 for k in kept) and kept[-1] > 0  # 0 at step 1 without dropout: the student is theta*
     if case == "lp_ft":
         assert [r["distance"] == 0.0 for r in r1 if r["split"] == "train"] == [True] * 3 + [False] * 3
 
