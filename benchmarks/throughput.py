@@ -156,8 +156,12 @@ def peak_memory_mb(device: str) -> float:
 
 def run_recall(args, model_dir: Path, optimizer: str, compiled: bool = False, method: dict | None = None) -> dict:
     from recall_cli.recipe import recipe_from_dict
-    from recall_cli.training.loop import finetune
-    from recall_cli.training.progress import Reporter
+
+    try:
+        from recall_cli.training.loop import finetune
+        from recall_cli.training.progress import Reporter
+    except ImportError:  # a --baseline checkout from before recall_cli/training/ (0.1.0 at e84de2e)
+        from recall_cli.train import Reporter, finetune
 
     clock = StepClock()
 
@@ -314,7 +318,7 @@ def main() -> None:
             sys.exit(f"--configs: unknown {', '.join(unknown)}; choose from {', '.join(GLUE_CONFIGS)}")
         configs = tuple(wanted)
     if args.baseline:
-        configs += tuple(c.replace("recall-", "baseline-") for c in configs if c.startswith("recall-"))
+        configs += tuple(c.replace("recall-", "baseline-") for c in configs if c in CONFIGS and c.startswith("recall-"))
     results: dict[str, list[dict]] = {name: [] for name in configs}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model_dir(args.shape, Path(tmp) / "model")

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .methods import method_labels
-from .names import OPTIMIZERS, PACKAGED_MODELS, TASKS
+from .names import MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 
 CARD_FILE = "README.md"
 # A card recall wrote carries this line; a README.md without it is someone else's and is kept
@@ -60,13 +60,19 @@ def write_card(folder: Path, text: str, previous: Path | None = None) -> None:
     folder it replaces: a README.md there that recall did not write is carried into ``folder`` as
     README.user.md (and one already kept there is carried again), never overwritten or dropped."""
     if previous is not None:
-        kept = previous / KEPT_FILE
+        # The user's texts, oldest first: one kept earlier, and a README.md they wrote since.
+        texts = [previous / KEPT_FILE] if (previous / KEPT_FILE).is_file() else []
+        texts += sorted(previous.glob("README.user.*.md"), key=lambda p: int(p.name.split(".")[2]))
         theirs = previous / CARD_FILE
-        if kept.is_file():
-            shutil.copy2(kept, folder / KEPT_FILE)
-        elif theirs.is_file() and not is_recall_card(theirs):
-            shutil.copy2(theirs, folder / KEPT_FILE)
+        if theirs.is_file() and not is_recall_card(theirs) and not any(_same(theirs, t) for t in texts):
+            texts.append(theirs)
+        for i, text in enumerate(texts):  # README.user.md, then README.user.2.md, ...
+            shutil.copy2(text, folder / (KEPT_FILE if i == 0 else f"README.user.{i + 1}.md"))
     (folder / CARD_FILE).write_text(text, encoding="utf-8")
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.read_bytes() == b.read_bytes()
 
 
 def is_recall_card(path: Path) -> bool:
@@ -97,6 +103,8 @@ def _metadata(recipe: Any, checkpoint: str, step: int, evaluation: dict[str, Any
     base = hub_id(recipe.model.name_or_path)
     if base and recipe.model.init == "pretrained":
         meta["base_model"] = base
+    if base in MODEL_LICENSES:  # fine-tuned weights inherit the base model's licence
+        meta["license"] = MODEL_LICENSES[base]
     if glue:
         meta["datasets"] = ["glue"]
     results = _results(recipe, evaluation) if evaluation is not None and evaluation.get("step") == step else []

@@ -45,6 +45,12 @@ class TaskSpec:
     main_metric: str  # "mcc", "pearson" or "accuracy"
     dev_splits: tuple[str, ...] = ("dev",)
     extra_metrics: tuple[str, ...] = ()  # beside accuracy or pearson/spearman: "mcc", "f1"
+    class_names: tuple[str, ...] | None = None  # config.json's id2label; None: label_names
+
+    @property
+    def id2label(self) -> tuple[str, ...] | None:
+        """What each class is called in a saved model's config.json: SST-2's negative/positive."""
+        return self.class_names or self.label_names
 
     @property
     def is_regression(self) -> bool:
@@ -54,7 +60,7 @@ class TaskSpec:
 # The GLUE tasks (names.TASKS: columns, labels, metrics, folders) as the loaders and metrics read them.
 GLUE_TASKS: dict[str, TaskSpec] = {
     name: TaskSpec(name, t.text_fields, t.label_field, t.labels, t.num_labels, t.main_metric, t.dev_splits,
-                   t.extra_metrics)
+                   t.extra_metrics, t.class_names)
     for name, t in TASKS.items()
 }
 GLUE_FOLDERS: dict[str, str] = {name: t.folder for name, t in TASKS.items()}

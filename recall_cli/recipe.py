@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from .errors import RecipeError
+from .methods import check_methods
 from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 
@@ -486,59 +487,7 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
          f"(choose from {', '.join(TRACKERS)}, or none)")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
     problems += _check_probe(recipe.probe, check_files)
-    problems += _check_methods(recipe)
-    return problems
-
-
-# What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the
-# embedding anchor's weight follows the same schedule (keep.schedule=recall).
-RECALL_KEYS = ("anneal_fun", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof", "recall_floor")
-
-
-def unused_keys(recipe: Recipe) -> list[str]:
-    """Keys the recipe sets (away from their defaults) that this run does not read: RecAdam's under
-    adamw. Said once on the start line and in --dry-run, the same for every such key."""
-    o = recipe.optimizer
-    if OPTIMIZERS[o.name].anchored or (recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall"):
-        return []
-    default = OptimizerConfig()
-    return [f"optimizer.{key}" for key in RECALL_KEYS if getattr(o, key) != getattr(default, key)]
-
-
-def _check_methods(recipe: Recipe) -> list[str]:
-    """The methods' keys (names.METHODS): each alone, and the combinations that mean nothing."""
-    problems: list[str] = []
-    k, lora, tr, o = recipe.keep, recipe.model.lora, recipe.train, recipe.optimizer
-    if k.embeddings < 0:
-        problems.append(f"keep.embeddings: the anchor's weight must be >= 0 (0 = off), got {k.embeddings}")
-    if k.embeddings > 0 and recipe.model.init == "random":
-        problems.append("keep.embeddings: a random-init run has no pretrained function to keep "
-                        "(set model.init=pretrained, or keep.embeddings=0)")
-    if tr.linear_probe_lr is not None and tr.linear_probe_lr <= 0:
-        problems.append(f"train.linear_probe_lr: must be > 0, or null for optimizer.lr, got {tr.linear_probe_lr}")
-    if tr.linear_probe_steps < 0:
-        problems.append(f"train.linear_probe_steps: must be >= 0 (0 = off), got {tr.linear_probe_steps}")
-    elif tr.max_steps is not None and tr.linear_probe_steps >= tr.max_steps:
-        problems.append(f"train.linear_probe_steps: {tr.linear_probe_steps} head-only steps leave none of the run's "
-                        f"{tr.max_steps} to fine-tune (set it below train.max_steps)")
-    if lora.r < 0:
-        problems.append(f"model.lora.r: the adapters' rank must be >= 0 (0 = full fine-tuning), got {lora.r}")
-    if lora.alpha <= 0:
-        problems.append(f"model.lora.alpha: must be > 0, got {lora.alpha}")
-    if not 0 <= lora.dropout < 1:
-        problems.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
-    if lora.target_modules is not None and not [m for m in lora.target_modules if m.strip()]:
-        problems.append("model.lora.target_modules: name at least one module, or null for every linear layer")
-    if lora.r > 0:
-        if OPTIMIZERS[o.name].anchored:
-            problems.append(f"model.lora.r: {o.name}'s pull toward theta* has nothing to act on under LoRA (the "
-                            "pretrained weights stay frozen and the adapters start at zero): use optimizer.name=adamw")
-        if recipe.model.init == "random":
-            problems.append("model.lora.r: adapters on a random-init model train a random encoder's few weights "
-                            "(set model.init=pretrained, or model.lora.r=0)")
-        if tr.linear_probe_steps > 0:
-            problems.append("train.linear_probe_steps: LP-FT with LoRA is not supported yet "
-                            "(set train.linear_probe_steps=0, or model.lora.r=0)")
+    problems += check_methods(recipe)
     return problems
 
 
@@ -561,89 +510,6 @@ def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
             if path is not None and not Path(path).is_file():
                 problems.append(f"probe.{key}: file not found: {path}")
     return problems
-
-
-def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:
-    """Warnings (not errors) about an annealing schedule that does not fit the run's length."""
-    o = recipe.optimizer
-    if not OPTIMIZERS[o.name].anchored:
-        return []
-    warnings = _floor_warnings(o)
-    if o.anneal_fun != "sigmoid":
-        return warnings
-    t0 = recipe.anneal_t0_steps(total_steps)
-
-    def round_down(value: float, digits: int = 1) -> float:  # 0.0833 -> 0.08
-        scale = 10 ** (math.floor(math.log10(value)) - digits + 1)
-        return math.floor(round(value / scale, 9)) * scale
-
-    def round_up(value: float, digits: int = 2) -> float:  # 0.3333 -> 0.34
-        scale = 10 ** (math.floor(math.log10(value)) - digits + 1)
-        return float(f"{math.ceil(round(value / scale, 9)) * scale:.{digits + 6}g}")
-
-    def shorter_recall_phase() -> str:
-        """What ends the recall phase by half of the run (t0 + 4/k <= total/2), computed from this
-        recipe so that it never suggests the value the recipe already has: the largest anneal_t0 that
-        fits at this k, in the recipe's own form (a fraction or steps), the smallest anneal_k at this t0."""
-        half, fraction, ways = total_steps / 2, o.anneal_t0 < 1, []
-        t0_fits = half - 4 / o.anneal_k
-        if t0_fits >= 1:
-            shown = f"{round_down(t0_fits / total_steps):g}" if fraction else str(int(round_down(t0_fits, 2)))
-            ways.append(f"optimizer.anneal_t0={shown} or less")
-        if half - t0 > 0:
-            ways.append(f"optimizer.anneal_k={round_up(4 / (half - t0)):g} or more")
-        if ways:
-            return "try " + ", or ".join(ways)
-        # Neither alone fits: t0 at a tenth of the run (the recipe's is past half) and the k it then needs.
-        t0_new = 0.1 if fraction else max(1, total_steps // 10)
-        room = half - (t0_new * total_steps if fraction else t0_new)
-        if room <= 0:  # a run of a step or two: no sigmoid fits
-            return "a run this short has no room for a recall phase: train more steps"
-        k_new = round_up(4 / room)
-        return f"try optimizer.anneal_t0={t0_new:g} with optimizer.anneal_k={k_new:g} or more"
-
-    if t0 + 4 / o.anneal_k > total_steps / 2:
-        warnings.append(
-            f"the recall phase is long for this run: lambda(t) reaches 0.98 only at step {t0 + 4 / o.anneal_k:.0f} "
-            f"(t0 + 4/k), past half of the {total_steps} steps; the paper's t0 assumes 7,800-61,360 steps "
-            f"({shorter_recall_phase()})"
-        )
-    if recipe.model.init == "random":
-        # Steps before lambda reaches 0.1: t0 - ln(9)/k. Each shrinks theta - theta* by ~(1 - lr*gamma).
-        recall_steps = max(0.0, t0 - math.log(9) / o.anneal_k)
-        shrink = o.lr * o.pretrain_cof
-        needed = math.log(0.01) / math.log(1 - shrink) if 0 < shrink < 1 else math.inf
-        if recall_steps < needed:
-            warnings.append(
-                f"with random initialisation only {recall_steps:.0f} steps come before lambda reaches 0.1, but "
-                f"{needed:.0f} are needed to pull the random weights to 1% of their distance from theta* at "
-                f"lr={o.lr:g} and pretrain_cof={o.pretrain_cof:g}: the model will stay partly random "
-                "(raise optimizer.anneal_t0 or use model.init=pretrained)"
-            )
-    return warnings
-
-
-# Below this radius a floor has stopped a run from learning (see _floor_warnings).
-FLOOR_RADIUS_WARN = 0.005
-
-
-def _floor_warnings(o: OptimizerConfig) -> list[str]:
-    """A floor so strong that the model cannot move far enough from theta* to learn the task.
-
-    Once lambda has shifted, each step moves a weight by about lr (Adam's normalised step) and the
-    floor pulls it back by lr * floor * gamma times its distance from theta*: the two balance at a
-    distance of 1 / (floor * gamma) per weight, whatever lr is. Measured on all-MiniLM-L6-v2 (GPU,
-    CoLA, gamma 5000, 3,000 steps): a radius of 0.002 (floor 0.1) learned nothing (MCC 0), 0.01
-    (floor 0.02) learned (MCC 23.6-25.4 against vanilla's 27.2-31.1). The warning sits between."""
-    if o.recall_floor <= 0:
-        return []
-    radius = 1.0 / (o.recall_floor * o.pretrain_cof)
-    if radius >= FLOOR_RADIUS_WARN:
-        return []
-    return [f"optimizer.recall_floor={o.recall_floor:g} with pretrain_cof={o.pretrain_cof:g} holds each weight within "
-            f"about {radius:.2g} of theta* (1 / (floor x pretrain_cof), where the pull balances Adam's step); "
-            f"below {FLOOR_RADIUS_WARN:g} a run has learned nothing (CoLA, floor 0.1 at pretrain_cof 5000: MCC 0): "
-            f"a floor of at most {1 / (FLOOR_RADIUS_WARN * o.pretrain_cof):.2g} keeps the task learnable"]
 
 
 def recipe_from_dict(raw: dict[str, Any], source: str, check_files: bool = True) -> Recipe:

@@ -19,6 +19,7 @@ Everything here is torch-free; checkpoint.py writes the tensors into the folders
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -46,6 +47,25 @@ MERGE_RECORD = "merge.json"
 SOURCE_RECIPE_FILE = "recall_recipe.yaml"
 # A scored record (recall_cli/records.py) is a run directory whose config.yaml has this section.
 RECORD_SECTION = "record"
+
+
+def strict_json(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None (numpy numbers and arrays as Python's)."""
+    if type(data).__module__ == "numpy" and hasattr(data, "tolist"):
+        data = data.tolist()
+    if isinstance(data, dict):
+        return {key: strict_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(value) for value in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def dumps_strict(data: Any, **kwargs: Any) -> str:
+    """Every JSON recall writes or prints: strict (an undefined number, NaN or infinite, is null; a
+    reader in another language never meets NaN)."""
+    return json.dumps(strict_json(data), allow_nan=False, **kwargs)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -384,12 +404,36 @@ def record_problem(record: Any, need: tuple[str, ...] = ("step", "split")) -> st
 
 def write_metrics(run_dir: Path, records: list[dict[str, Any]]) -> None:
     """metrics.jsonl replaced as a whole (a record's, or a resumed run's cut back to its checkpoint)."""
-    write_text_atomic(run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in records))
+    write_text_atomic(run_dir / METRICS_FILE, "".join(dumps_strict(r) + "\n" for r in records))
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
-    """On resume, drop records written after the checkpoint: the resumed run writes them again."""
-    write_metrics(run_dir, [r for r in read_metrics(run_dir) if r["step"] <= last_step])
+    """On resume, drop records written after the checkpoint: the resumed run writes them again.
+
+    Read with the checked reader: a last line cut short by a kill is dropped (the resumed run writes it
+    again), but a damaged line further up would lose every record after it, so it stops the resume
+    with the line named (RunDirError, exit 2) instead of being rewritten away."""
+    records, problems = read_metrics_checked(run_dir)
+    damaged = [p for p in problems if "is cut short" not in p]
+    if damaged:
+        raise RunDirError(f"{run_dir / METRICS_FILE}: {damaged[0]}: fix or delete that line, then resume again "
+                          "(resuming would rewrite the file without the records after it)")
+    write_metrics(run_dir, [r for r in records if r["step"] <= last_step])
+
+
+def saved_before(run_dir: Path) -> str | None:
+    """What shows that ``run_dir`` completed a save (a checkpoint, a summary, an evaluation): a run
+    that --resume must not start over. None for a run stopped before its first save."""
+    for name in ("best", "last", "lp"):
+        if (run_dir / name).is_dir() or _old(run_dir / name).is_dir():
+            return f"{name}/"
+    if (run_dir / SUMMARY_FILE).is_file():
+        return SUMMARY_FILE
+    if (run_dir / "checkpoints").is_dir():
+        return "checkpoints/"
+    if any(r.get("split") == "eval" for r in read_metrics(run_dir)):
+        return f"the evaluations in {METRICS_FILE}"
+    return None
 
 
 class MetricsWriter:
@@ -401,7 +445,7 @@ class MetricsWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(dumps_strict(record) + "\n")
             self._file.flush()
 
     def close(self) -> None:
@@ -419,7 +463,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, dumps_strict(data, indent=2) + "\n")
 
 
 def _old(dest: Path) -> Path:

@@ -242,6 +242,36 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
     return sweep
 
 
+def preflight_first_cell(sweep: Sweep) -> None:
+    """The first cell still to start, checked as `recall finetune --dry-run` checks a run (the hub, the
+    data, the model, the output folder), before any cell starts or OUT is made: a problem the cells
+    share (the hub offline, a missing data folder) is one line and exit 2 in seconds, not one failure
+    a cell. Raises that check's own error."""
+    fresh = [c for c in sweep.cells if c.state == PENDING and not c.resume]
+    if not fresh:
+        return
+    from .distributed import Distributed
+    from .model import check_hub
+    from .training.progress import Reporter
+    from .training.setup import Start, prepare
+
+    cell = fresh[0]
+    recipe = load_recipe(sweep.recipe, [*sweep.overrides, *cell.overrides, f"output_dir={cell.path}"])
+    check_hub(recipe.model.name_or_path, recipe.task.name, recipe.task.data_dir, what=f"the sweep's cell {cell.name}")
+    checks = prepare(recipe, Distributed(), Start.NEW, Reporter(), dry_run=True).checks
+    checks.raise_on_failure()
+
+
+def cause_in_log(log: Path) -> str | None:
+    """The last `error:` line a failed cell printed (its cause, for the sweep's own error line)."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [line for line in lines if line.startswith("error:")]
+    return errors[-1].removeprefix("error:").strip()[:300] if errors else None
+
+
 def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
     """Set the cell's state from its directory; a problem if the directory holds something else."""
     path = cell.path

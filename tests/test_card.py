@@ -124,6 +124,9 @@ def test_card_leaves_out_what_is_not_of_these_weights():
     assert "pretrain_cof" not in vanilla and "vanilla fine-tuning (`adamw`)" in vanilla
     assert front_matter_of(vanilla)["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert ModelCard(vanilla).data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    # Fine-tuned weights inherit the base model's licence where recall knows it (Apache-2.0 here).
+    assert front_matter_of(vanilla)["license"] == "apache-2.0" and ModelCard(vanilla).data.license == "apache-2.0"
+    assert "license" not in front_matter_of(text)  # a local folder: unknown, so not claimed
 
 
 def test_base_model_is_a_hub_id_or_absent(tmp_path):

@@ -461,3 +461,16 @@ def test_collate_without_token_type_ids():
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].tolist() == [[0, 5, 2], [0, 2, 1]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_glue_classes_have_the_hubs_names_for_config_json():
+    """config.json's id2label (what pipeline() returns) uses GLUE's class names, as run_glue.py writes them;
+    a custom task's label_names stay its own."""
+    expected = {"sst2": ("negative", "positive"), "cola": ("unacceptable", "acceptable"),
+                "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"),
+                "rte": ("entailment", "not_entailment"), "qnli": ("entailment", "not_entailment"),
+                "mnli": ("entailment", "neutral", "contradiction"), "wnli": ("not_entailment", "entailment")}
+    for name, names in expected.items():
+        assert GLUE_TASKS[name].id2label == names, name
+    assert GLUE_TASKS["stsb"].id2label is None
+    assert GLUE_TASKS["sst2"].label_names == ("0", "1")  # what the TSV holds still maps the rows

@@ -265,3 +265,15 @@ def test_real_minilm_on_real_rte_rows(tmp_path):
     assert torch.equal(anchors["bert.encoder.layer.5.output.dense.weight"], weights["encoder.layer.5.output.dense.weight"])
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "best")
     assert model.config.id2label == {0: "entailment", 1: "not_entailment"}
+
+
+@pytest.mark.slow
+def test_saved_checkpoints_name_the_classes_as_glue_does(tiny_model_dir, tmp_path):
+    """pipeline("text-classification", model=best/) answers 'positive', not '1' (run_glue.py's id2label)."""
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", task={"name": "sst2", "data_dir": str(GLUE / "SST-2")},
+                         train={"max_steps": 2, "eval_every": 0}, probe={"enabled": False})
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "out" / "best" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert config["label2id"] == {"negative": 0, "positive": 1}

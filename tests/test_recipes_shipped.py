@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from recall_cli import recipe as recipe_module
+from recall_cli import recipe_advice
 from recall_cli.recipe import build_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -126,7 +127,7 @@ def test_recipe_schedule_has_no_warnings(path):
     recipe = _build(path)
     if recipe.train.max_steps is None:
         pytest.skip("the run's length depends on the data (train.epochs)")
-    assert recipe_module.schedule_warnings(recipe, recipe.train.max_steps) == []
+    assert recipe_advice.schedule_warnings(recipe, recipe.train.max_steps) == []
 
 
 @pytest.mark.parametrize("path", PAPER, ids=_ids(PAPER))
@@ -219,7 +220,7 @@ def test_a_long_recall_phase_warning_suggests_values_that_fit(overrides):
     recipe, problems = build_recipe(raw, check_files=False)
     assert not problems
     total = recipe.train.max_steps
-    [warning] = [w for w in recipe_module.schedule_warnings(recipe, total) if "recall phase is long" in w]
+    [warning] = [w for w in recipe_advice.schedule_warnings(recipe, total) if "recall phase is long" in w]
     advice = warning[warning.index("(try "):]
     assert "such as" not in advice
     alternatives = advice.strip("()").removeprefix("try ").split(", or ")
@@ -230,12 +231,12 @@ def test_a_long_recall_phase_warning_suggests_values_that_fit(overrides):
             assert value != getattr(recipe.optimizer, key), (key, value)
         fixed, problems = build_recipe({**raw, "optimizer": {**raw["optimizer"], **changed}}, check_files=False)
         assert not problems, problems
-        assert not [w for w in recipe_module.schedule_warnings(fixed, total) if "recall phase is long" in w], alternative
+        assert not [w for w in recipe_advice.schedule_warnings(fixed, total) if "recall phase is long" in w], alternative
 
 
 def test_the_quick_start_cut_short_is_told_to_raise_k():
     raw = yaml.safe_load((RECIPES / "quickstart.yaml").read_text())
     raw["train"]["max_steps"] = 30
     recipe, _ = build_recipe(raw, check_files=False)
-    [warning] = [w for w in recipe_module.schedule_warnings(recipe, 30) if "recall phase" in w]
+    [warning] = [w for w in recipe_advice.schedule_warnings(recipe, 30) if "recall phase" in w]
     assert warning.endswith("(try optimizer.anneal_k=0.34 or more)"), warning

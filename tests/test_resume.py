@@ -112,3 +112,64 @@ def test_resume_refuses_a_folder_that_is_not_a_run(tmp_path):
     result = runner.invoke(app, ["finetune", "--resume", str(tmp_path), "--plain"])
     assert result.exit_code == 2
     assert "is not a recall run directory" in result.output
+
+
+# ---- resume never destroys a trained run ------------------------------------------------------------
+
+
+def _trained(tiny_model_dir, tmp_path, name="run", **train):
+    recipe = write_recipe(tmp_path / f"{name}.yaml", tiny_recipe(
+        tiny_model_dir, tmp_path / name, train={"max_steps": 6, "save_every": 2, "eval_every": 2, **train},
+        probe={"enabled": False}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 0, result.output
+    return tmp_path / name
+
+
+def _snapshot(run):
+    return {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_resume_of_a_run_whose_trainer_state_is_gone_refuses_instead_of_starting_over(tiny_model_dir, tmp_path):
+    run = _trained(tiny_model_dir, tmp_path)
+    (run / "last" / "trainer_state.json").unlink()
+    before = _snapshot(run)
+    result = runner.invoke(app, ["finetune", "--resume", str(run), "--plain"])
+    assert result.exit_code == 2, result.output
+    assert f"{run / 'last' / 'trainer_state.json'} is missing, but {run} has saved before (best/)" in result.output
+    assert _snapshot(run) == before  # best/, metrics.jsonl and summary.json as they were
+
+
+@pytest.mark.slow
+def test_resume_with_a_damaged_metrics_line_names_it_and_keeps_every_record(tiny_model_dir, tmp_path):
+    run = _trained(tiny_model_dir, tmp_path, max_steps=10, save_every=4)
+    # As if killed after step 8's save: drop summary.json, then damage a line in the middle.
+    (run / "summary.json").unlink()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2][: len(lines[2]) // 2]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    before = _snapshot(run)
+    result = runner.invoke(app, ["finetune", "--resume", str(run), "--plain"])
+    assert result.exit_code == 2, result.output
+    assert f"{run / 'metrics.jsonl'}: line 3 is not valid JSON" in result.output
+    assert _snapshot(run) == before
+
+
+def test_a_users_readme_survives_beside_recalls_card(tmp_path):
+    from recall_cli import card
+
+    previous, staging = tmp_path / "best", tmp_path / ".staging"
+    previous.mkdir()
+    staging.mkdir()
+    (previous / "README.user.md").write_text("my first notes\n")
+    (previous / "README.md").write_text("my second notes\n")  # written over recall's card since
+    card.write_card(staging, f"{card.MARKER}\n# new card\n", previous=previous)
+    assert (staging / "README.user.md").read_text() == "my first notes\n"
+    assert (staging / "README.user.2.md").read_text() == "my second notes\n"
+    assert card.is_recall_card(staging / "README.md")
+    # The next save carries both again, and recall's own card is never kept as a user text.
+    again = tmp_path / ".again"
+    again.mkdir()
+    card.write_card(again, f"{card.MARKER}\n# newer card\n", previous=staging)
+    assert sorted(p.name for p in again.iterdir()) == ["README.md", "README.user.2.md", "README.user.md"]

@@ -267,7 +267,9 @@ def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path
     index = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
     code = index["broken-model_s1"]["exit_code"]
     assert index["broken-model_s1"]["state"] == "failed" and code not in (0, None)
-    assert f"error: 1 of 2 cells failed: broken-model_s1 (exit {code}, log {out / 'logs'}" in result.stderr
+    assert f"error: 1 of 2 cells failed: broken-model_s1: exit {code}, " in result.stderr
+    assert "config.json" in result.stderr  # the cell's own error line, its cause
+    assert f"(log {out / 'logs' / 'broken-model_s1.log'})" in result.stderr
     assert index[good]["state"] == "finished" and index[good]["exit_code"] == 0
     assert "error:" in (out / "logs" / "broken-model_s1.log").read_text()
 
@@ -303,3 +305,20 @@ def test_sigterm_stops_the_sweep_and_its_cells_resumably(tiny_model_dir, tmp_pat
     commands = invoke("sweep", str(recipe), "--seeds", "1,2", "--out", str(out), "--print-commands").stdout.splitlines()
     assert commands[0] == f"recall finetune --resume {out / 's1'} --plain"
     assert commands[1].startswith(f"recall finetune {recipe} train.seed=2 output_dir=")
+
+
+def test_a_problem_every_cell_shares_fails_fast_and_makes_nothing(tiny_model_dir, tmp_path):
+    """Offline, a hub model cannot load in any cell: one line, exit 2, in seconds, no OUT (it was 30
+    cells failing one by one, then exit 1 and a line of log paths)."""
+    import time
+
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = invoke("sweep", str(recipe), "model.name_or_path=google-bert/bert-base-uncased",
+                    "--grid", "optimizer.lr=1e-5,2e-5,3e-5", "--seeds", "1,2,3,4,5", "--out", str(out))
+    assert result.exit_code == 2, result.stderr
+    assert time.monotonic() - started < 10
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: HF_HUB_OFFLINE is set") and "google-bert/bert-base-uncased" in line
+    assert not out.exists()

@@ -289,9 +289,41 @@ def test_missing_package_is_refused_before_anything_is_written(name, tiny_model_
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
     result = runner.invoke(app, ["finetune", str(recipe), f"train.report_to={name}", "--plain"])
     assert result.exit_code == 2, result.output
-    assert f"the {name} package is not installed: pip install 'recall-cli[{name}]'" in result.output
+    assert f"the {name} package is not installed: pip install 'recall-finetune[{name}]'" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_tracker_that_cannot_start_leaves_nothing_of_the_others(tiny_model_dir, tmp_path, monkeypatch):
+    """W&B refusing (no login) after MLflow had made ./mlflow.db and a KILLED run: now W&B starts first,
+    and what the others started is discarded; the run directory is not made."""
+    from recall_cli import trackers
+    from recall_cli.trackers import wandb_tracker
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    opened = []
+
+    def refuse(info):
+        opened.append(sorted(p.name for p in tmp_path.iterdir()))
+        raise trackers.start_failed("wandb", RuntimeError("api_key not configured (no-tty)"), "run `wandb login`")
+
+    monkeypatch.setattr(wandb_tracker, "open_tracker", refuse)
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
+    result = runner.invoke(app, ["finetune", str(recipe), "train.report_to=[tensorboard,mlflow,wandb]", "--plain"])
+    assert result.exit_code == 2, result.output
+    assert "report_to wandb: cannot start a run (api_key not configured (no-tty)): run `wandb login`" in result.output
+    assert opened and not {"mlflow.db", "mlruns"} & set(opened[0])  # W&B was asked first, before MLflow made its store
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]  # no mlflow.db, no mlruns/, no out/
+
+    # Refused later (W&B gone from the list, MLflow's start failing after TensorBoard's): nothing either.
+    from recall_cli.trackers import mlflow_tracker
+
+    monkeypatch.setattr(mlflow_tracker, "open_tracker", refuse)
+    result = runner.invoke(app, ["finetune", str(recipe), "train.report_to=[tensorboard,mlflow]", "--plain"])
+    assert result.exit_code == 2, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
 
 
 def test_only_rank_zero_reports(tiny_model_dir, tmp_path, monkeypatch):
@@ -413,5 +445,5 @@ def test_every_tracker_has_its_extra_and_the_tests_install_them():
     for tracker in TRACKERS.values():
         assert extras[tracker.extra], tracker.name  # what the refusal's pip command installs
     (everything,) = extras["trackers"]
-    assert set(everything.removeprefix("recall-cli[").removesuffix("]").split(",")) == {t.extra for t in TRACKERS.values()}
-    assert "recall-cli[trackers]" in extras["dev"]  # CI runs these tests, it does not skip them
+    assert set(everything.removeprefix("recall-finetune[").removesuffix("]").split(",")) == {t.extra for t in TRACKERS.values()}
+    assert "recall-finetune[trackers]" in extras["dev"]  # CI runs these tests, it does not skip them

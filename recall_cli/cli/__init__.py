@@ -141,7 +141,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     from ..distributed import Distributed
     from ..names import OPTIMIZERS
     from ..optim import anneal_lambda, pull_weight
-    from ..recipe import schedule_warnings
+    from ..recipe_advice import schedule_warnings
     from ..training.methods import dry_run_lines
     from ..training.progress import Reporter
     from ..training.setup import Start, prepare

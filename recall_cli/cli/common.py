@@ -6,8 +6,6 @@ compare) and all report errors through ``run_guarded`` so that every command fai
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import signal
@@ -21,6 +19,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from ..errors import ExitCode, EnvironmentProblem, Terminated, exit_code_of
+from ..rundir import dumps_strict
 
 # ---- --help ---------------------------------------------------------------------------------------
 
@@ -207,19 +206,6 @@ def check_device(device: str) -> None:
     resolve_device(device, option="--device")
 
 
-def strict_json(data: Any) -> Any:
-    """``data`` with every NaN or infinite float replaced by None (numpy numbers and arrays as Python's)."""
-    if type(data).__module__ == "numpy" and hasattr(data, "tolist"):
-        data = data.tolist()
-    if isinstance(data, dict):
-        return {key: strict_json(value) for key, value in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [strict_json(value) for value in data]
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    return data
-
-
 def dumps_json(data: Any) -> str:
     """What every --json prints: strict JSON (null for a missing or undefined number, never NaN)."""
-    return json.dumps(strict_json(data), indent=2, allow_nan=False)
+    return dumps_strict(data, indent=2)

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import JsonOpt, dumps_json, run_guarded
 from ..merge import METHODS, Option, known_options
+from .common import JsonOpt, dumps_json, run_guarded
 
 MERGE_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: fewer than two models, a missing folder, models of "

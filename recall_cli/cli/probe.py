@@ -6,7 +6,6 @@ and drawing run directories), print. Library imports stay inside the commands fo
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Optional
@@ -96,7 +95,7 @@ def tradeoff(
         choices = choose_within(runs, settings, x, y, within) if within is not None else None
         tradeoff_figure(settings, x, y, out, runs=runs, choices=choices)
         if as_json:
-            typer.echo(json.dumps(choices if choices is not None else settings, indent=2))
+            typer.echo(dumps_json(choices if choices is not None else settings))
         elif choices is not None:
             for choice in choices:
                 typer.echo(choice_line(choice, x, y))

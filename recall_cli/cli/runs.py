@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ExitCode
-from .common import fail, run_guarded
+from .common import dumps_json, fail, run_guarded
 
 SWEEP_EXIT_CODES = (
     "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
@@ -69,7 +69,7 @@ def sweep(
 
     def go() -> None:
         from ..errors import Terminated
-        from ..sweep import parse_seeds, plan_sweep, print_commands as commands, run_sweep
+        from ..sweep import cause_in_log, parse_seeds, plan_sweep, preflight_first_cell, print_commands as commands, run_sweep
 
         target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
         plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
@@ -81,6 +81,7 @@ def sweep(
             for line in lines:
                 typer.echo(line)
             return
+        preflight_first_cell(plan)  # a problem every cell shares: one line now, nothing made
         typer.echo(f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})")
         try:
             failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
@@ -88,8 +89,12 @@ def sweep(
             typer.echo("interrupted: run the same recall sweep command again to resume", err=True)
             raise typer.Exit(ExitCode.PREEMPTED if isinstance(stop, Terminated) else ExitCode.INTERRUPTED)
         if failed:
-            names = ", ".join(f"{c.name} (exit {c.exit_code}, log {target / 'logs' / (c.name + '.log')})" for c in failed)
-            fail(f"{len(failed)} of {len(plan.cells)} cells failed: {names}", ExitCode.FAILURE)
+            first = failed[0]
+            log = target / "logs" / (first.name + ".log")
+            cause = cause_in_log(log)
+            more = f" and {len(failed) - 1} more (sweep.json names each)" if len(failed) > 1 else ""
+            fail(f"{len(failed)} of {len(plan.cells)} cells failed: {first.name}{more}: exit {first.exit_code}"
+                 + (f", {cause}" if cause else "") + f" (log {log})", ExitCode.FAILURE)
         typer.echo(f"sweep: all {len(plan.cells)} cells finished; compare them with: recall compare {target}")
 
     _guarded(go)
@@ -112,7 +117,6 @@ def forgetting(
     beside the distance, and CKA per layer at the last probe."""
 
     def go() -> None:
-        import json
 
         from .. import report
         from ..report import probe_tables
@@ -138,7 +142,7 @@ def forgetting(
             for row in rows:
                 if row["run"] in by_run:
                     row["probe"] = {k: v for k, v in by_run[row["run"]].items() if k not in ("run", "name", "label", "seed")}
-            typer.echo(json.dumps(rows, indent=2))
+            typer.echo(dumps_json(rows))
         else:
             from .console import print_table
 

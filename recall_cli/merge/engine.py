@@ -12,7 +12,6 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from .. import card
-from ..rundir import MERGE_RECORD, staged_folder
+from ..rundir import MERGE_RECORD, dumps_strict, staged_folder
 from .base import MergeMethod
 from .io import (
     SOURCE_RECIPE_FILE,
@@ -231,7 +230,7 @@ def merge(
         }
         for s in sources:
             _write_output(s, merged, staging / s.name, output_card(out, s.name, full, s.recipe))
-        (staging / MERGE_RECORD).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        (staging / MERGE_RECORD).write_text(dumps_strict(full, indent=2) + "\n", encoding="utf-8")
         if before_rename is not None:
             before_rename({s.name: staging / s.name for s in sources})
     return MergeResult(out, full, outputs)

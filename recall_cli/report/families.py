@@ -11,6 +11,7 @@ weakest to the strongest:
     wise   WiSE-FT's α, the fine-tuned model's weight in a linear merge with θ*; the fine-tuned runs
            themselves are α = 1 (a merge with weights 0, 1 is the run), so the line ends at them
     tau    RECALL's temperature τ (record.temperature)
+    keep   the embedding anchor's weight (keep.embeddings; the runs without it, weight 0, are the weakest)
 
 Pure functions of the settings: no figure, no file.
 """
@@ -25,13 +26,16 @@ from ..names import is_vanilla
 from .comparison import INIT_NAMES, METHOD_NAMES, _fmt_setting
 from .runs import LABEL_NAMES
 
-FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ"}
+FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ", "keep": "embedding anchor"}
 MERGE_TITLES = {"recall": "RECALL", "linear": "linear merge", "task_arithmetic": "task arithmetic", "ties": "TIES"}
 # recall merge's defaults (merge/recall.py): a legend names τ and γ only where they are not these, or vary.
 RECALL_DEFAULTS = {"record.temperature": 0.05, "record.gamma_rule": "hidden"}
 # Keys a name spells in words; any other grouping key is appended as key=value, as group_label does.
 NAMED_KEYS = ("optimizer.name", "model.init", "optimizer.recall_floor", "record.merge", "record.with",
-              "record.weights", "record.temperature", "record.gamma_rule")
+              "record.weights", "record.temperature", "record.gamma_rule", "keep.embeddings",
+              "train.linear_probe_steps", "model.lora.r")
+# The methods' keys (names.METHODS) a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8".
+METHOD_KEYS = ("keep.embeddings", "train.linear_probe_steps", "model.lora.r")
 # Legend order: the baseline, the trained methods, the merges with θ*, the merges of several runs.
 RANK = {"vanilla": 0, "trained": 1, "wise": 2, "recall": 3, "merge": 4}
 
@@ -101,6 +105,10 @@ def _describe(shown: dict[str, Any], full: dict[str, Any], varying: set[str]):
         if kind == "trained" and "optimizer.recall_floor" in shown:
             primary = _family("floor", shown, "optimizer.recall_floor")
             families.append((primary, strength))
+        if "keep.embeddings" in shown:
+            keep = _family("keep", shown, "keep.embeddings")
+            families.append((keep, float(full.get("keep.embeddings") or 0.0)))
+            primary = primary or keep
         families.append((_family("wise", source), 1.0))  # α = 1 of the WiSE-FT line made from these runs
     else:
         name, kind, strength = _merge_name(shown, full, varying)
@@ -116,10 +124,12 @@ def _describe(shown: dict[str, Any], full: dict[str, Any], varying: set[str]):
 
 
 def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str]:
-    """'vanilla fine-tuning', 'RecAdam + PI', 'RecAdam floor 0.01'; and its rank's kind."""
+    """'vanilla fine-tuning', 'RecAdam + PI', 'RecAdam floor 0.01', 'embedding anchor 1', 'RecAdam +
+    LoRA r=8'; and its rank's kind."""
     optimizer = full.get("optimizer.name")
+    methods = _method_words(full)
     if is_vanilla(optimizer):
-        return METHOD_NAMES[optimizer], "vanilla"
+        return (" + ".join(methods), "trained") if methods else (METHOD_NAMES[optimizer], "vanilla")
     name = METHOD_NAMES.get(optimizer, str(optimizer))
     if "model.init" in shown:
         name += f" + {INIT_NAMES.get(full.get('model.init'), full.get('model.init'))}"
@@ -127,9 +137,26 @@ def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str
     if floor:
         name += f" floor {floor:g}"
     # A sweep of one other key (k, t0) keeps its curves' names as group_label spells them: k=0.1.
-    if not {"optimizer.name", "model.init", "optimizer.recall_floor"} & set(shown) and full.get("record.merge") is None:
+    if not {"optimizer.name", "model.init", "optimizer.recall_floor", *METHOD_KEYS} & set(shown) \
+            and full.get("record.merge") is None:
         return "", "trained"
-    return name, "trained"
+    return " + ".join([name, *methods]), "trained"
+
+
+def _method_words(full: dict[str, Any]) -> list[str]:
+    """The methods a run turned on, as names.METHODS' labels with their strength (runs made before the
+    methods existed have none of these keys: no words)."""
+    words = []
+    keep = full.get("keep.embeddings") or 0
+    if keep:
+        words.append(f"embedding anchor {keep:g}")
+    steps = full.get("train.linear_probe_steps") or 0
+    if steps:
+        words.append(f"LP-FT {steps}")
+    rank = full.get("model.lora.r") or 0
+    if rank:
+        words.append(f"LoRA r={rank}")
+    return words
 
 
 def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) -> tuple[str, str, float]:

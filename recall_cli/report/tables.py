@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from typing import Any
 
 from ..errors import ReportError
 from ..names import PROBE_MEASURES, PROBES
+from ..rundir import dumps_strict
 from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group, _fmt_setting
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -171,7 +171,7 @@ def to_csv(result: Comparison) -> str:
 def render(result: Comparison, fmt: str) -> str:
     """markdown, csv or json as text (the rich table is printed by the CLI)."""
     if fmt == "json":
-        return json.dumps(to_records(result), indent=2) + "\n"
+        return dumps_strict(to_records(result), indent=2) + "\n"
     if fmt == "csv":
         return to_csv(result)
     if fmt == "markdown":

@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import MissingPackage, TrackerError
-from ..names import TRACKERS
+from ..names import TRACKERS, pip_extra
 
 STATE_FILE = "trackers.json"  # in the run directory: each tracker's run id, so that --resume continues it
 SWEEP_INDEX = "sweep.json"  # sweep.INDEX_FILE: a run directory beside one is a sweep's cell
 
 # train.report_to name -> the module that implements it (recall_cli/trackers/<module>.py)
-MODULES = {"tensorboard": "tensorboard_tracker", "mlflow": "mlflow_tracker", "wandb": "wandb_tracker"}
 
 
 def check_available(names: Sequence[str]) -> None:
@@ -53,7 +52,7 @@ def check_available(names: Sequence[str]) -> None:
             missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == tracker.module
             what = "is not installed" if missing else f"cannot be imported ({type(exc).__name__}: {exc})"
             raise MissingPackage(f"report_to names {name}, but the {tracker.module} package {what}: "
-                                 f"pip install 'recall-cli[{tracker.extra}]'") from None
+                                 + pip_extra(tracker.extra)) from None
 
 
 # ---- what the trackers are told ------------------------------------------------------------------
@@ -214,15 +213,20 @@ def open_merge_run(names: Sequence[str], out: Path, settings: dict[str, Any],
 
 def _open(names: list[str], info: RunInfo, state_file: Path | None, warn: Callable[[str], None]) -> Trackers:
     """Each tracker's run started (a failure here is an error: the run has not begun, and its
-    directory is rolled back), and their ids kept in trackers.json."""
+    directory is rolled back), and their ids kept in trackers.json. The remote trackers start first,
+    and a failure discards what the others had started (MLflow's run, and its local store when this
+    call created it), so that a refused W&B login leaves no KILLED run in ./mlflow.db."""
     saved = _read_state(state_file) if state_file is not None and info.resumed else {}
     opened: dict[str, Tracker] = {}
     try:
-        for name in names:
-            module = importlib.import_module(f".{MODULES[name]}", __name__)
+        for name in sorted(names, key=lambda n: not TRACKERS[n].remote):
+            module = importlib.import_module(f".{TRACKERS[name].tracker_module}", __name__)
             opened[name] = module.open_tracker(_with_saved(info, saved.get(name, {})))
     except BaseException:
-        Trackers(opened, warn).close()
+        for tracker in opened.values():
+            with contextlib.suppress(Exception):
+                discard = getattr(tracker, "discard", None)
+                discard() if discard is not None and not info.resumed else tracker.close(False)
         raise
     if state_file is not None:
         state = {name: tracker.state() for name, tracker in opened.items() if tracker.state()}

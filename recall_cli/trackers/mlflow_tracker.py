@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..names import pip_extra
 from . import RunInfo, numbers, start_failed
 
 EXPERIMENT = "recall"
@@ -29,7 +30,7 @@ def open_tracker(info: RunInfo) -> MlflowTracker:
     try:
         return MlflowTracker(info)
     except ImportError as exc:  # mlflow-skinny alone: MLflow 3's local sqlite store needs sqlalchemy and alembic
-        raise start_failed("mlflow", exc, "pip install 'recall-cli[mlflow]'") from exc
+        raise start_failed("mlflow", exc, pip_extra("mlflow")) from exc
     except MlflowException as exc:
         raise start_failed("mlflow", exc, "check MLFLOW_TRACKING_URI (unset: MLflow's local store in the "
                                           "working directory)") from exc
@@ -46,6 +47,8 @@ class MlflowTracker:
     def __init__(self, info: RunInfo):
         from mlflow.tracking import MlflowClient
 
+        # MLflow's default local stores, where this run would be the one that makes them (see discard).
+        self.made = [p for p in (Path("mlflow.db"), Path("mlruns")) if not p.exists()]
         self.client = MlflowClient()  # MLFLOW_TRACKING_URI, else MLflow's default store
         run = self._reopen(info.saved.get("run_id")) if info.resumed else None
         # The last step each metric reached before a resume: those steps are not logged again.
@@ -119,6 +122,18 @@ class MlflowTracker:
     def log_image(self, name: str, png: Path, step: int) -> None:
         folder = name.rpartition("/")[0]  # figures/forgetting -> artifacts/figures/forgetting.png
         self.client.log_artifact(self.run_id, str(png), artifact_path=folder or None)
+
+    def discard(self) -> None:
+        """Another tracker could not start: delete this run, and the local store if it made it."""
+        import shutil
+
+        self.client.delete_run(self.run_id)
+        if "MLFLOW_TRACKING_URI" not in os.environ:
+            for path in self.made:
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path.exists():
+                    path.unlink()
 
     def close(self, finished: bool) -> None:
         # KILLED: stopped before its end (pre-empted, diverged, Ctrl-C); --resume sets it RUNNING again.

@@ -20,19 +20,21 @@ from typing import Any
 import torch
 
 from .. import __version__, card, data, rundir, trackers
-from . import checkpoint, compiled
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from ..evaluate import score
+from ..methods import active_methods, lora, lpft, method_block, method_labels
 from ..names import OPTIMIZERS
 from ..optim import distance_to_anchor
 from ..probes.runner import record_at
-from .progress import Reporter, add_step, add_sums, empty_window, train_record
-from ..recipe import Recipe, unused_keys
+from ..recipe import Recipe
+from ..recipe_advice import unused_keys
 from ..runtime import autocast_for
-from .schedule import linear_warmup_decay
+from . import checkpoint, compiled
 from .loss import loss_step
-from ..methods import active_methods, lora, lpft, method_block, method_labels
+from .pending import Pending
+from .progress import Reporter, add_step, add_sums, empty_window, train_record
+from .schedule import linear_warmup_decay
 from .setup import Start, Training, prepare, set_up
 
 
@@ -135,70 +137,6 @@ def set_lr(t: Training, step: int) -> float:
     for group in t.optimizer.param_groups:
         group["lr"] = lr
     return lr
-
-
-# ---- what the loop reads only now and then ------------------------------------------------------
-
-
-class Pending:
-    """The steps' losses and gradient norms since the loop last read them, summed on the device.
-
-    Reading a number off a GPU waits for every kernel queued before it; reading the loss at every step
-    would keep the device idle between steps. The loop reads these at its next log, evaluation, probe
-    or save (:meth:`read`), where it waits anyway. The first step whose loss was not finite is kept,
-    so that divergence is reported at its own step, and found before any checkpoint could save it.
-    Sums are float64: the same numbers whether a resumed run reads them at other steps or not."""
-
-    def __init__(self, device: torch.device, scaler_enabled: bool):
-        self.device, self.scaler_enabled = device, scaler_enabled
-        self.reset()
-
-    def reset(self) -> None:
-        zero = lambda: torch.zeros((), dtype=torch.float64, device=self.device)  # noqa: E731
-        self.loss, self.norm, self.stepped, self.skipped, self.bad_loss = (zero() for _ in range(5))
-        self.first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
-        self.parts: dict[str, torch.Tensor] = {}  # the methods' loss parts (loss_task, loss_keep), summed
-
-    def add(self, step: int, loss_sum: torch.Tensor, grad_norm: torch.Tensor,
-            parts: dict[str, torch.Tensor] | None = None) -> None:
-        loss = loss_sum.detach().double()
-        self.loss += loss
-        for name, value in (parts or {}).items():
-            self.parts[name] = self.parts.get(name, 0.0) + value.detach().double()
-        first = ~torch.isfinite(loss) & (self.first_bad < 0)
-        self.first_bad = torch.where(first, step, self.first_bad)
-        self.bad_loss = torch.where(first, loss, self.bad_loss)
-        norm = grad_norm.detach().double()
-        if self.scaler_enabled:  # a non-finite norm: the GradScaler skipped this update
-            finite = torch.isfinite(norm)
-            self.norm += torch.where(finite, norm, 0.0)
-            self.stepped += finite
-            self.skipped += ~finite
-        else:
-            self.norm += norm
-            self.stepped += 1
-
-    def read(self, ctx) -> tuple[dict[str, float], tuple[int, float] | None]:
-        """(the sums, for the window; (first non-finite step, its loss) or None), one host read; under
-        DDP the loss is summed over ranks (each rank's is weighted by its share x world_size)."""
-        loss = self.loss
-        bad_any = (self.first_bad >= 0).double()
-        names = sorted(self.parts)
-        parts = [self.parts[name] for name in names]
-        if ctx.enabled:  # the parts are weighted by each rank's share x world_size, like the loss
-            packed = torch.stack([loss, bad_any, *parts])
-            ctx.all_reduce_sum(packed)
-            loss, bad_any, parts = packed[0] / ctx.world_size, packed[1], list(packed[2:] / ctx.world_size)
-        values = torch.stack([loss, self.norm, self.stepped, self.skipped, bad_any, *parts]).tolist()
-        bad = None
-        if values[4] > 0:
-            mine = (int(self.first_bad), float(self.bad_loss)) if int(self.first_bad) >= 0 else None
-            found = [b for b in ctx.all_gather_object(mine) if b is not None]
-            bad = min(found)
-        self.reset()
-        sums = dict(zip(("loss", "grad_norm", "stepped", "skipped"), values[:4]))
-        sums.update(zip(names, values[5:]))
-        return sums, bad
 
 
 # ---- the loop ------------------------------------------------------------------------------------
@@ -390,6 +328,7 @@ class _Loop:
         metrics = score(t.model, t.task.spec, t.task.chooses_on, t.eval_batch, t.device, t.pad_id,
                         autocast_for(t.precision, t.device), t.ctx)
         record = {"step": step, "split": "eval", **({"data": "holdout"} if t.task.holdout is not None else {}), **metrics}
+        self.warn_undefined(step, metrics)
         self.write(record)
         self.reporter.eval(record)
         self.last_eval = record
@@ -405,9 +344,16 @@ class _Loop:
         metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
                         autocast_for(t.precision, t.device), t.ctx)
         record = {"step": step, "split": "test", "data": "dev", **metrics}
+        self.warn_undefined(step, metrics)
         self.write(record)
         self.reporter.eval(record)
         self.last_test = record
+
+    def warn_undefined(self, step: int, metrics: dict[str, float]) -> None:
+        undefined = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
+        if undefined:
+            self.reporter.warn(f"step {step}: {', '.join(undefined)} undefined on this split (constant labels or "
+                               "predictions: a correlation of a constant has none); written as null")
 
     def probe(self, step: int) -> None:
         record = record_at(self.t.prober, self.t.model, step)

@@ -84,7 +84,7 @@ def dry_run_lines(prepared: Any) -> dict[str, str]:
     """What --dry-run says of the methods (and of keys this run does not read), from the run's own
     set-up: the anchor's cache and its bound, LoRA's trainable parameters as peft counts them."""
     from ..methods import active_methods, method_labels
-    from ..recipe import unused_keys
+    from ..recipe_advice import unused_keys
 
     recipe, lines = prepared.recipe, {}
     if active_methods(recipe):

@@ -22,20 +22,21 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, compiled, methods, preflight
 from .. import data, rundir, trackers
 from ..data import BatchOrder
 from ..distributed import Distributed
-from ..names import OPTIMIZERS
-from ..errors import CompileError, PreflightError
+from ..errors import CompileError, PreflightError, RunDirError
+from ..methods import lpft
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
+from ..names import OPTIMIZERS
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
-from .progress import Reporter, empty_window
-from ..recipe import Recipe, dump_recipe, schedule_warnings
+from ..recipe import Recipe, dump_recipe
+from ..recipe_advice import schedule_warnings
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
-from ..methods import lpft
+from . import checkpoint, compiled, methods, preflight
 from .loss import Term
+from .progress import Reporter, empty_window
 
 
 @dataclass
@@ -150,6 +151,25 @@ class Prepared:
     start: Start | None = None
 
 
+def _load_model(recipe: Recipe, spec: data.TaskSpec, last: Path | None) -> tuple[BuiltModel, Any]:
+    """(the model with theta*, peft's model around it under LoRA or None). A resumed run's weights come
+    from last/; a LoRA run's last/ holds merged weights, so it starts from theta* again and loads its
+    adapters from last/adapter."""
+    lora_cfg = recipe.model.lora
+    if last is not None and lora_cfg.r == 0:
+        anchors = checkpoint.load_anchors(Path(recipe.output_dir))
+        return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), anchors), None
+    built = build_model(recipe.model, spec.num_labels, recipe.train.seed, spec.id2label)
+    if lora_cfg.r == 0:
+        return built, None
+    from ..methods import lora
+
+    adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
+    if last is not None:
+        lora.load_adapter(adapter, last)
+    return BuiltModel(adapter.get_base_model(), built.anchors), adapter
+
+
 class Start(Enum):
     """How a run begins: in a new directory, replacing one (--overwrite), or from its last/ (--resume)."""
 
@@ -186,6 +206,12 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
     resume = start is Start.RESUME
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
+    if resume and last is None and rundir.saved_before(run_dir) is not None:
+        # Starting over would replace a trained run (its best/, metrics and summary): only a run that
+        # never completed a save starts over.
+        raise RunDirError(f"{run_dir / 'last' / rundir.TRAINER_STATE_FILE} is missing, but {run_dir} has saved before "
+                          f"({rundir.saved_before(run_dir)}): it cannot be resumed exactly; keep it, or start it again "
+                          "with --overwrite")
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
     recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
     tail: list[preflight.Check] = []  # the dry run lists these after the model's checks, as it always did
@@ -239,19 +265,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
-    lora_cfg = recipe.model.lora
-    if last is not None and lora_cfg.r == 0:
-        built = BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), checkpoint.load_anchors(run_dir))
-    else:  # a new run; or a LoRA run, whose last/ holds merged weights: theta* again, its adapters from last/adapter
-        built = build_model(recipe.model, task.spec.num_labels, tc.seed, task.spec.label_names)
-    if lora_cfg.r > 0:
-        from ..methods import lora
-
-        prepared.adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
-        if last is not None:
-            lora.load_adapter(prepared.adapter, last)
-        built = BuiltModel(prepared.adapter.get_base_model(), built.anchors)
-    prepared.built = built
+    prepared.built, prepared.adapter = _load_model(recipe, task.spec, last)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
