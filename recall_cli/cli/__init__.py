@@ -302,6 +302,10 @@ register_probe(app)
 from .merge import register as register_merge  # noqa: E402 - recall merge
 
 register_merge(app)
+
+from .predict import register as register_predict  # noqa: E402 - recall predict, recall recipes
+
+register_predict(app)
 use_recall_commands(app)  # every command's --help in one style (cli_common.RecallCommand)
 
 
