@@ -201,6 +201,18 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(mrpc_run, tmp_path):
     assert not list(tmp_path.glob(".*"))  # no staging file left
 
 
+def test_a_stop_while_writing_leaves_no_file_and_no_staging_file(mrpc_run, tmp_path, monkeypatch):
+    import recall_cli.rundir as rundir
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir.os, "replace", stop)  # Ctrl-C between staging the file and renaming it
+    result = predict(mrpc_run, "--split", "dev", "--out", tmp_path / "p.tsv")
+    assert result.exit_code == 130 and "nothing was written" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_users_csv_with_the_hubs_column_names_and_a_tsv_out(mrpc_run, tmp_path):
     """MRPC's GLUE header is '#1 String'; a file exported from the hub says sentence1: both are read."""
     source = tmp_path / "pairs.csv"

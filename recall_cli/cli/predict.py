@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError, ExitCode, RunDirError
-from .common import JsonOpt, check_device, dumps_json, fail, run_guarded
+from .common import check_device, dumps_json, fail, run_guarded
 
 PREDICT_EXIT_CODES = (
     "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: an unknown --split, a missing file (a GLUE folder without "
@@ -27,6 +27,10 @@ RECIPES_EXIT_CODES = (
     "Exit codes: 0 ok; 2 an unknown recipe, or a --copy destination that exists (without --overwrite); 4 the copy "
     "cannot be written (disk full, permission denied, read-only)."
 )
+
+
+PredictJson = Annotated[bool, typer.Option("--json", help="Print what was written (rows, file, device, precision) as JSON.")]
+RecipesJson = Annotated[bool, typer.Option("--json", help="Print the list (or the recipe) as JSON.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +50,7 @@ def predict(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
     task: Annotated[Optional[str], typer.Option(help="Task name (default: the run's); needed for a checkpoint outside a run.", show_default=False)] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="Local GLUE task folder (default: the run's task.data_dir), e.g. one holding GLUE's test.tsv.", show_default=False)] = None,
-    as_json: JsonOpt = False,
+    as_json: PredictJson = False,
 ) -> None:
     """Write a checkpoint's predictions for a GLUE test or dev split, or for a file of your own, as run_glue.py's
     --do_predict does: batched, on CPU or CUDA, in the run's precision. The file appears complete or not at all."""
@@ -116,7 +120,7 @@ def recipes(
     name: Annotated[Optional[str], typer.Argument(help="A recipe to print or copy, e.g. quickstart (omit to list them).", show_default=False)] = None,
     copy: Annotated[Optional[Path], typer.Option("--copy", help="Copy the recipe to this file (or into this folder).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="With --copy: replace an existing file.")] = False,
-    as_json: JsonOpt = False,
+    as_json: RecipesJson = False,
 ) -> None:
     """List the recipes shipped with recall (each with the first line of its header comment), print one
     (recall recipes quickstart), or copy one to edit (recall recipes quickstart --copy my.yaml)."""
