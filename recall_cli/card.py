@@ -66,8 +66,8 @@ def write_card(folder: Path, text: str, previous: Path | None = None) -> None:
         theirs = previous / CARD_FILE
         if theirs.is_file() and not is_recall_card(theirs) and not any(_same(theirs, t) for t in texts):
             texts.append(theirs)
-        for i, text in enumerate(texts):  # README.user.md, then README.user.2.md, ...
-            shutil.copy2(text, folder / (KEPT_FILE if i == 0 else f"README.user.{i + 1}.md"))
+        for i, user_text in enumerate(texts):  # README.user.md, then README.user.2.md, ...
+            shutil.copy2(user_text, folder / (KEPT_FILE if i == 0 else f"README.user.{i + 1}.md"))
     (folder / CARD_FILE).write_text(text, encoding="utf-8")
 
 

@@ -200,12 +200,46 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 # ---- loading -------------------------------------------------------------------------------------
 
 
+# A recipe is a few dozen values; YAML aliases can make a few lines stand for billions of them (an
+# "alias bomb"), which no check or message should walk or print.
+MAX_VALUES = 10_000
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    """A value as an error message quotes it: its repr, cut to ``limit`` characters (a nested alias
+    bomb's repr would be gigabytes)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 6, limit, limit
+    text = short.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _count_values(value: Any, budget: int = MAX_VALUES) -> int:
+    """How many values ``value`` holds, counting a shared (aliased) one each time it is used, up to
+    ``budget`` + 1 (then it stops: the walk itself stays cheap)."""
+    seen, stack = 0, [value]
+    while stack and seen <= budget:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return seen
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(str(path), [f"recipe file not found: {path} (check the path)"])
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(str(path), [f"not UTF-8 text (byte {exc.start}): save the recipe as UTF-8"]) from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -215,7 +249,26 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raw = {}
     if not isinstance(raw, dict):
         raise RecipeError(str(path), [f"a recipe is a YAML mapping of sections, got {type(raw).__name__}"])
+    if _count_values(raw) > MAX_VALUES:
+        raise RecipeError(str(path), [f"the recipe expands to more than {MAX_VALUES:,} values (YAML aliases "
+                                      "repeating a value?): a recipe holds a few dozen"])
+    keys = [k for k in _all_keys(raw) if not isinstance(k, str)]
+    if keys:
+        raise RecipeError(str(path), [f"key {_shown(keys[0])} is not a name: recipe keys are text "
+                                      "(quote it, e.g. '1': ...)"])
     return raw
+
+
+def _all_keys(raw: dict[str, Any]) -> list[Any]:
+    """Every mapping key in a recipe, its sections' keys too (bounded: read_yaml counted the values)."""
+    keys, stack = [], [raw]
+    while stack:
+        node = stack.pop()
+        for key, value in node.items():
+            keys.append(key)
+            if isinstance(value, dict):
+                stack.append(value)
+    return keys
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -283,7 +336,7 @@ def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe 
 
     output_dir = raw.get("output_dir", "runs/run")
     if not isinstance(output_dir, str) or not output_dir:
-        problems.append(f"output_dir: expected a path (string), got {output_dir!r}")
+        problems.append(f"output_dir: expected a path (string), got {_shown(output_dir)}")
 
     if problems or any(v is None for v in sections.values()):
         return None, problems
@@ -365,27 +418,27 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
             return ("on" if value else "off"), None  # YAML 1.1 reads a bare on/off as true/false
         if value in args:
             return value, None
-        return None, f"expected one of {', '.join(map(str, args))}, got {value!r}"
+        return None, f"expected one of {', '.join(map(str, args))}, got {_shown(value)}"
     if origin is list:
         if isinstance(value, str) and args[0] is str:
             value = [] if value == "none" else [value]  # report_to: tensorboard, as the Trainer accepts
         if not isinstance(value, list):
-            return None, f"expected a list, got {value!r}"
+            return None, f"expected a list, got {_shown(value)}"
         items = []
         for item in value:
             converted, error = _convert(item, args[0])
             if error:
-                return None, f"list item {item!r}: {error}"
+                return None, f"list item {_shown(item)}: {error}"
             items.append(converted)
         return items, None
     if hint is bool:
-        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {value!r}")
+        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {_shown(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value, None
         if isinstance(value, float) and value.is_integer():
             return int(value), None
-        return None, f"expected an integer, got {value!r}"
+        return None, f"expected an integer, got {_shown(value)}"
     if hint is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -397,12 +450,12 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
             except ValueError:
                 pass
         if number is None:
-            return None, f"expected a number, got {value!r}"
+            return None, f"expected a number, got {_shown(value)}"
         if not math.isfinite(number):  # .inf / .nan would reach the run as NaN weights or an endless run
-            return None, f"expected a finite number, got {value!r}"
+            return None, f"expected a finite number, got {_shown(value)}"
         return number, None
     if hint is str:
-        return (value, None) if isinstance(value, str) else (None, f"expected a string, got {value!r}")
+        return (value, None) if isinstance(value, str) else (None, f"expected a string, got {_shown(value)}")
     raise TypeError(f"unsupported recipe field type {hint}")  # a bug in this module, not user input
 
 
@@ -416,6 +469,14 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     def need(condition: bool, message: str) -> None:
         if not condition:
             problems.append(message)
+
+    paths = {"output_dir": recipe.output_dir, "model.name_or_path": m.name_or_path, "task.data_dir": t.data_dir,
+             "task.train_file": t.train_file, "task.dev_file": t.dev_file, "probe.texts_file": recipe.probe.texts_file,
+             "probe.pairs_file": recipe.probe.pairs_file}
+    for key, value in paths.items():  # first: the file checks below cannot even ask about such a path
+        need(value is None or "\x00" not in value, f"{key}: a path cannot hold a NUL byte (\\0): remove it")
+    if problems:
+        return problems
 
     need(t.name in GLUE_TASK_NAMES or t.name == "custom",
          f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; or 'custom' with train_file/dev_file)")
@@ -486,6 +547,9 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     need(not unknown, f"train.report_to: unknown tracker {', '.join(map(repr, unknown))} "
          f"(choose from {', '.join(TRACKERS)}, or none)")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
+    # numpy and torch seed with 32 bits: a larger seed fails deep inside them, or wraps silently.
+    need(0 <= tr.seed < 2**32, f"train.seed: must be in [0, 2^32), got {tr.seed}")
+
     problems += _check_probe(recipe.probe, check_files)
     problems += check_methods(recipe)
     return problems

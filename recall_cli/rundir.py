@@ -593,6 +593,49 @@ def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
     check_writable(run_dir, "output_dir")
 
 
+LOCK_FILE = ".recall.lock"  # in a run directory while a process writes it (RunLock)
+
+
+class RunLock:
+    """One writer per run directory: an exclusive flock on RUN/.recall.lock for the writer's life, the
+    file holding its pid for the message a second writer gets. The kernel drops the lock when the
+    process dies (kill -9 too), so a lock file left behind is stale: the next writer takes it over."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def take(cls, run_dir: Path, warn: Callable[[str], None] | None = None) -> RunLock:
+        import fcntl
+
+        path = run_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunDirError(f"{run_dir} is being written by process {holder} (another recall finetune): wait for it "
+                              "to end or stop it, or choose another output_dir; two writers would mix their files") from None
+        previous = os.read(fd, 64).decode(errors="replace").strip()
+        if previous and previous != str(os.getpid()) and warn is not None:
+            warn(f"{run_dir}: took over the lock of process {previous}, which is no longer running")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        try:
+            if self.path.is_file() and os.pread(self.fd, 64, 0).decode(errors="replace").strip() == str(os.getpid()):
+                self.path.unlink()
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = -1
+
+
 class NewRunDir:
     """A new run directory that exists for good only once the run has taken its first optimizer step.
 
@@ -607,15 +650,30 @@ class NewRunDir:
         self.aside: Path | None = None
         self.existed = False
         self.open = False
+        self.locks: list[RunLock] = []
+
+    def claim(self, warn: Callable[[str], None] | None = None) -> None:
+        """Lock a run directory that holds something, before anything reads or moves it: a second writer
+        (finetune --overwrite or --resume into a run still training) is refused in one line."""
+        if self.run_dir.is_dir() and any(self.run_dir.iterdir()):
+            self.locks.append(RunLock.take(self.run_dir, warn))
 
     def begin(self, overwrite: bool) -> None:
         check_new_run_dir(self.run_dir, overwrite)
         self.existed = self.run_dir.exists()
-        if self.existed and any(self.run_dir.iterdir()):
+        if self.existed and any(p.name != LOCK_FILE for p in self.run_dir.iterdir()):
             self.aside = self.run_dir.with_name(f".{self.run_dir.name}.replaced-{os.getpid()}")
-            os.replace(self.run_dir, self.aside)
+            os.replace(self.run_dir, self.aside)  # with its lock file, still ours
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not (self.run_dir / LOCK_FILE).is_file():
+            self.locks.append(RunLock.take(self.run_dir))
         self.open = True
+
+    def release(self) -> None:
+        """The end of the writer: its lock files go (the run directory is as the run left it)."""
+        for lock in reversed(self.locks):
+            lock.release()
+        self.locks = []
 
     def commit(self) -> None:
         if not self.open:

@@ -55,11 +55,12 @@ def test_wheel_and_sdist_build_and_the_wheel_installs_into_a_fresh_venv(tmp_path
     installed = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
                                capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-2000:]
-    help_ = subprocess.run([str(venv / "bin" / "recall"), "--help"], capture_output=True, text=True)
+    # cwd: not the checkout (python -c puts the working directory first on sys.path).
+    help_ = subprocess.run([str(venv / "bin" / "recall"), "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert help_.returncode == 0, help_.stderr[-2000:]
     assert "finetune" in help_.stdout and "merge" in help_.stdout
     where = subprocess.run([str(python), "-c", "import importlib.metadata as m, recall_cli; "
                             f"print(m.version('{DISTRIBUTION}'), recall_cli.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.split()
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     assert where[0] == __import__("recall_cli").__version__
     assert where[1].startswith(site), where  # the wheel's copy, not this checkout

@@ -173,3 +173,55 @@ def test_a_users_readme_survives_beside_recalls_card(tmp_path):
     again.mkdir()
     card.write_card(again, f"{card.MARKER}\n# newer card\n", previous=staging)
     assert sorted(p.name for p in again.iterdir()) == ["README.md", "README.user.2.md", "README.user.md"]
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_first_step_puts_an_overwritten_run_back(tiny_model_dir, tmp_path, monkeypatch):
+    """SIGTERM while the step-0 probe runs (after the run directory was made, θ* written): the new
+    directory is removed, the run --overwrite had set aside is back as it was, exit 143, and the hint
+    says nothing was written (it was a literal `--resume OUTPUT_DIR`)."""
+    from recall_cli.errors import Terminated
+    from recall_cli.training import loop
+
+    run = _trained(tiny_model_dir, tmp_path)
+    before = _snapshot(run)
+    recipe = write_recipe(tmp_path / "again.yaml", tiny_recipe(tiny_model_dir, run, train={"max_steps": 4}))
+
+    def terminated(*args, **kwargs):
+        assert (run / "anchor.safetensors").is_file()  # the new run directory exists by now
+        raise Terminated
+
+    monkeypatch.setattr(loop, "record_at", terminated)
+    result = runner.invoke(app, ["finetune", str(recipe), "--overwrite", "--plain"])
+    assert result.exit_code == 143, result.output
+    assert "stopped by SIGTERM: nothing was written; run the same command again" in result.output
+    assert _snapshot(run) == before
+    assert not [p for p in tmp_path.iterdir() if ".replaced" in p.name]
+
+
+def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tiny_model_dir, tmp_path):
+    """One writer per run directory: while a process holds RUN/.recall.lock, `finetune --overwrite`
+    into RUN exits 2 naming it, and changes nothing; a lock left by a dead process is taken over."""
+    from recall_cli import rundir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("a run being written\n")
+    (run / "metrics.jsonl").write_text("")
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, run, train={"max_steps": 2},
+                                                           probe={"enabled": False}))
+    held = rundir.RunLock.take(run)  # another open file description: flock conflicts as with another process
+    try:
+        result = runner.invoke(app, ["finetune", str(recipe), "--overwrite", "--plain"])
+        assert result.exit_code == 2, result.output
+        assert f"{run} is being written by process {os.getpid()}" in result.output
+        assert (run / "config.yaml").read_text() == "a run being written\n"
+    finally:
+        held.release()
+    assert not (run / ".recall.lock").exists()
+
+    (run / ".recall.lock").write_text("999999999")  # a writer killed with -9: the kernel dropped its lock
+    result = runner.invoke(app, ["finetune", str(recipe), "--overwrite", "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "took over the lock of process 999999999, which is no longer running" in result.output
+    assert (run / "summary.json").is_file() and not (run / ".recall.lock").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -128,12 +129,31 @@ def finetune(
         from ..training.loop import finetune as run
 
         reporter = make_reporter(plain)
+        started.append(Path(loaded.output_dir))
         try:
             run(loaded, resume=resume is not None, overwrite=overwrite, reporter=reporter)
         finally:
             reporter.close()
 
-    run_guarded(go, sigterm=False)  # the loop handles SIGTERM itself: it saves last/ first (distributed.SigtermFlag)
+    started: list[Path] = []  # the run directory, once the recipe is read
+    began = time.time()
+
+    def stopped() -> str:
+        """What Ctrl-C or SIGTERM leaves, in the hint's words: a checkpoint to continue from (one this
+        command saved, or the one --resume started from), or nothing."""
+        from ..rundir import TRAINER_STATE_FILE, find_checkpoint
+
+        last = find_checkpoint(started[0], "last") if started else None
+        if last is not None and (resume is not None or (last / TRAINER_STATE_FILE).stat().st_mtime >= began):
+            return f"continue with `recall finetune --resume {started[0]}`"
+        if started and started[0].is_dir() and resume is None and last is None:
+            return f"{started[0]} holds no checkpoint yet: run the same command again with --overwrite"
+        return "nothing was written; run the same command again"
+
+    # SIGTERM before the first step (loading, theta*, the pre-passes) rolls the run directory back and
+    # exits 143; from the first step on, the loop takes SIGTERM itself and saves last/ first
+    # (distributed.SigtermFlag, installed over this handler for the loop's life).
+    run_guarded(go, interrupted_hint=stopped)
 
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume: bool = False,
@@ -227,7 +247,7 @@ def evaluate(
     task: Annotated[Optional[str], typer.Option(help="Task name (default: the run's).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="Local GLUE task folder (default: the run's).")] = None,
     split: Annotated[Optional[str], typer.Option(help="Split to score: dev (default), or dev_matched/dev_mismatched for MNLI.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Eval batch size (default: the run's).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(min=1, help="Eval batch size (default: the run's).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     record: Annotated[Optional[Path], typer.Option(help="Also write a scored record here (config.yaml, metrics.jsonl, summary.json; no weights): the dev metrics, ||theta - theta*|| and the probes, for compare / tradeoff beside training runs. For merge outputs and WiSE-FT points.", show_default=False)] = None,
     against: Annotated[Optional[str], typer.Option(help="With --record: theta* for the distance and the probes (default: the source run's model.name_or_path).", show_default=False)] = None,

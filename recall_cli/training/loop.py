@@ -46,17 +46,23 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
     """Train as the recipe says into its output_dir; returns the summary (rank 0) and writes it."""
     reporter = reporter or Reporter()
     ctx = Distributed.from_env()
-    prepared = prepare(recipe, ctx, Start.of(resume=resume, overwrite=overwrite), reporter)
-    ctx.init(prepared.device)
-    # A failure between creating the run directory and the first optimizer step puts it back as it was.
+    # One writer per run directory (rank 0 writes it): a second finetune into a run still training is
+    # refused before it reads or moves anything.
     new_dir = rundir.NewRunDir(Path(recipe.output_dir))
     try:
-        return run(set_up(prepared, reporter, new_dir), reporter, new_dir)
-    except BaseException:
-        new_dir.rollback()  # nothing once the first step has committed it
-        raise
+        if ctx.is_main:
+            new_dir.claim(reporter.warn)
+        prepared = prepare(recipe, ctx, Start.of(resume=resume, overwrite=overwrite), reporter)
+        ctx.init(prepared.device)
+        try:  # a failure between creating the run directory and the first step puts it back as it was
+            return run(set_up(prepared, reporter, new_dir), reporter, new_dir)
+        except BaseException:
+            new_dir.rollback()  # nothing once the first step has committed it
+            raise
+        finally:
+            ctx.close()
     finally:
-        ctx.close()
+        new_dir.release()
 
 
 # ---- one step ------------------------------------------------------------------------------------
