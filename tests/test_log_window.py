@@ -10,7 +10,7 @@ from recall_cli.distributed import Distributed
 from recall_cli.errors import TrainingDiverged
 from recall_cli.training.progress import WINDOW_KEYS, add_step, add_sums, window_fields
 from recall_cli.training.pending import Pending
-from recall_cli.training.setup import TrainerState
+from recall_cli.training.checkpoint import TrainerState
 
 ONE_PROCESS = Distributed(rank=0, world_size=1, local_rank=0)
 

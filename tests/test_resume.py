@@ -225,3 +225,40 @@ def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tiny_model_dir, 
     assert result.exit_code == 0, result.output
     assert "took over the lock of process 999999999, which is no longer running" in result.output
     assert (run / "summary.json").is_file() and not (run / ".recall.lock").exists()
+
+
+def _pickle_in_optimizer(run):
+    import pickle
+
+    (run / "last" / "optimizer.pt").write_bytes(pickle.dumps({"optimizer": object}))
+
+
+DAMAGES = {
+    "optimizer.pt deleted": (lambda run: (run / "last" / "optimizer.pt").unlink(), "last/optimizer.pt is missing"),
+    "rng_state.pt deleted": (lambda run: (run / "last" / "rng_state.pt").unlink(), "last/rng_state.pt is missing"),
+    "trainer_state.json cut": (lambda run: (run / "last" / "trainer_state.json").write_text('{"step": 4, "mi'),
+                               "last/trainer_state.json is not valid JSON"),
+    "trainer_state.json a list": (lambda run: (run / "last" / "trainer_state.json").write_text("[1, 2]"),
+                                  "last/trainer_state.json is not a JSON object"),
+    "trainer_state.json extra key": (lambda run: (run / "last" / "trainer_state.json").write_text(
+        json.dumps({**json.loads((run / "last" / "trainer_state.json").read_text()), "bogus": 1})),
+        "last/trainer_state.json has keys recall does not write (bogus)"),
+    "theta* cut": (lambda run: (run / "anchor.safetensors").write_bytes((run / "anchor.safetensors").read_bytes()[:999]),
+                   "anchor.safetensors is not a readable safetensors file"),
+    "a pickle in optimizer.pt": (_pickle_in_optimizer, "last/optimizer.pt holds Python objects other than tensors: refused unread"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(tiny_model_dir, tmp_path, damage):
+    run = _trained(tiny_model_dir, tmp_path)
+    (run / "summary.json").unlink()  # as if stopped after its last save
+    spoil, said = DAMAGES[damage]
+    spoil(run)
+    before = _snapshot(run)
+    result = runner.invoke(app, ["finetune", "--resume", str(run), "--plain"])
+    assert result.exit_code == 2, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert said in line and "cannot be resumed exactly" in line and "Traceback" not in result.output
+    assert _snapshot(run) == before

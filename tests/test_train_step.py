@@ -26,7 +26,8 @@ def training(tiny_model_dir, tmp_path):
 
 def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_path):
     run = tmp_path / "run"
-    assert sorted(p.name for p in run.iterdir()) == ["anchor.safetensors", "config.yaml", "metrics.jsonl"]
+    # .recall.lock: the writer's lock, held for the run's life (finetune removes it at the end)
+    assert sorted(p.name for p in run.iterdir()) == [".recall.lock", "anchor.safetensors", "config.yaml", "metrics.jsonl"]
     assert training.state.step == 0 and training.total_steps == 12 and not training.resumed
     assert len(training.pairs) == len([n for n, _ in training.model.named_parameters() if n.startswith("bert.")])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..rundir import (
     TRAINER_STATE_FILE,
     staged_folder,
 )
+from .progress import empty_window
 
 
 # ---- theta* --------------------------------------------------------------------------------------
@@ -42,13 +44,46 @@ def save_anchors(run_dir: Path, anchors: dict[str, torch.Tensor]) -> None:
 
 
 def load_anchors(run_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+
     path = run_dir / ANCHOR_FILE
     if not path.is_file():
         raise RunDirError(f"{path} is missing: this run cannot be resumed (start it again with --overwrite)")
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except SafetensorError as exc:
+        raise RunDirError(_damaged(path, f"is not a readable safetensors file ({' '.join(str(exc).split())[:100]})")) from None
 
 
 # ---- training state ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainerState:
+    """What last/trainer_state.json holds: where the run stands, for an exact resume."""
+
+    step: int = 0
+    micro_step: int = 0
+    best_main: float | None = None
+    best_step: int | None = None
+    train_seconds: float = 0.0
+    samples: int = 0
+    world_size: int = 1  # a run resumes only with the number of processes it was trained with
+    precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
+    compile_shapes: list[int] = field(default_factory=list)  # summary.json's compile.shapes and .seconds
+    compile_seconds: float = 0.0  # so far, over every process of the run
+    # How the step ran ("eager" or torch.compile's mode) and why a compile was given up: a resumed run
+    # under `auto` keeps both instead of deciding anew (None: a checkpoint that predates them).
+    compile_mode: str | None = None
+    compile_reason: str | None = None
+    compile_fallback: str | None = None
+    # Running sums since the last train record (progress.WINDOW_KEYS).
+    window: dict[str, float] = field(default_factory=empty_window)
+
+    def __post_init__(self) -> None:
+        # A checkpoint saved by version 0.1 lacks the skip counters: every step in its window had its norm added.
+        self.window.setdefault("stepped", self.window.get("steps", 0.0))
+        self.window.setdefault("skipped", 0.0)
 
 
 def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
@@ -117,24 +152,69 @@ def save_checkpoint(
     return dest
 
 
-def load_training_state(
-    folder: Path, rank: int = 0, world_size: int = 1
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(trainer_state, optimizer+scaler state, ``rank``'s rng state); tensors only, never arbitrary pickles.
+@dataclass
+class Saved:
+    """What last/ holds for an exact resume (one rank's share of it)."""
+
+    state: TrainerState
+    optimizer: dict[str, Any]  # {"optimizer": its state_dict, "scaler": the GradScaler's or None}
+    rng: dict[str, Any]  # this rank's random streams (capture_rng)
+
+
+def load_training_state(folder: Path, rank: int = 0, world_size: int = 1) -> Saved:
+    """The trainer state, optimizer+scaler state and ``rank``'s rng state; tensors only, never arbitrary pickles.
     A run resumes only with the world size it was trained with: the batch order and each rank's RNG
-    stream depend on it."""
-    trainer_state = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    stream depend on it. Anything damaged or missing in last/ is one RunDirError naming the file."""
+    trainer_state = _trainer_state(folder / TRAINER_STATE_FILE)
     saved_world = trainer_state.get("world_size", 1)
-    if saved_world != world_size or not (folder / rng_file(rank)).is_file():
+    if saved_world == world_size and not (folder / rng_file(rank)).is_file():
+        raise RunDirError(_damaged(folder / rng_file(rank), "is missing"))
+    if saved_world != world_size:
         how = f"--nproc {saved_world} (or torchrun --nproc_per_node {saved_world})" if saved_world > 1 else "in one process, without torchrun"
         raise RunDirError(
             f"{folder.parent} was trained with {saved_world} process{'es' if saved_world > 1 else ''} and this is "
             f"{world_size}: resume it with the same number (train.batch_size is per process): "
             f"recall finetune --resume {folder.parent} {how}"
         )
-    optim_state = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-    rng_state = torch.load(folder / rng_file(rank), map_location="cpu", weights_only=True)
-    return trainer_state, optim_state, rng_state
+    optim_state = _tensors(folder / OPTIMIZER_FILE)
+    if not isinstance(optim_state, dict) or "optimizer" not in optim_state:
+        raise RunDirError(_damaged(folder / OPTIMIZER_FILE, "is not the optimizer state recall saves"))
+    return Saved(TrainerState(**trainer_state), optim_state, _tensors(folder / rng_file(rank)))
+
+
+def _damaged(path: Path, what: str) -> str:
+    return (f"{path} {what}: this checkpoint cannot be resumed exactly (put the file back, or start the run "
+            "again with --overwrite)")
+
+
+def _trainer_state(path: Path) -> dict[str, Any]:
+    """last/trainer_state.json, checked: a JSON object whose keys a TrainerState knows."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunDirError(_damaged(path, f"is not valid JSON ({type(exc).__name__})")) from None
+    if not isinstance(state, dict):
+        raise RunDirError(_damaged(path, "is not a JSON object"))
+    unknown = sorted(set(state) - {f.name for f in fields(TrainerState)})
+    if unknown:
+        raise RunDirError(_damaged(path, f"has keys recall does not write ({', '.join(unknown[:3])})"))
+    return state
+
+
+def _tensors(path: Path) -> Any:
+    """A torch.save file of tensors and plain containers; never an arbitrary pickle (weights_only)."""
+    import pickle
+
+    if not path.is_file():
+        raise RunDirError(_damaged(path, "is missing"))
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise RunDirError(_damaged(path, "holds Python objects other than tensors: refused unread (recall loads "
+                                         "with weights_only, never an arbitrary pickle)")) from None
+    except (RuntimeError, EOFError, ValueError) as exc:
+        reason = " ".join(str(exc).split())[:120]
+        raise RunDirError(_damaged(path, f"cannot be read as tensors ({reason})")) from None
 
 
 def rotate_step_checkpoints(run_dir: Path, step: int, keep: int, source: Path) -> None:

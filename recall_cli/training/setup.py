@@ -35,8 +35,9 @@ from ..recipe import Recipe, dump_recipe
 from ..recipe_advice import schedule_warnings
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from . import checkpoint, compiled, methods, preflight
+from .checkpoint import TrainerState
 from .loss import Term
-from .progress import Reporter, empty_window
+from .progress import Reporter
 
 
 @dataclass
@@ -73,34 +74,6 @@ def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
         return tc.max_steps
     batches_per_epoch = math.ceil(n_train / (tc.batch_size * world_size))
     return max(1, math.ceil(tc.epochs * batches_per_epoch / tc.grad_accum))
-
-
-@dataclass
-class TrainerState:
-    """What last/trainer_state.json holds: where the run stands, for an exact resume."""
-
-    step: int = 0
-    micro_step: int = 0
-    best_main: float | None = None
-    best_step: int | None = None
-    train_seconds: float = 0.0
-    samples: int = 0
-    world_size: int = 1  # a run resumes only with the number of processes it was trained with
-    precision: str | None = None  # what `auto` chose: a resumed run keeps it (None: a 0.1 checkpoint)
-    compile_shapes: list[int] = field(default_factory=list)  # summary.json's compile.shapes and .seconds
-    compile_seconds: float = 0.0  # so far, over every process of the run
-    # How the step ran ("eager" or torch.compile's mode) and why a compile was given up: a resumed run
-    # under `auto` keeps both instead of deciding anew (None: a checkpoint that predates them).
-    compile_mode: str | None = None
-    compile_reason: str | None = None
-    compile_fallback: str | None = None
-    # Running sums since the last train record (progress.WINDOW_KEYS).
-    window: dict[str, float] = field(default_factory=empty_window)
-
-    def __post_init__(self) -> None:
-        # A checkpoint saved by version 0.1 lacks the skip counters: every step in its window had its norm added.
-        self.window.setdefault("stepped", self.window.get("steps", 0.0))
-        self.window.setdefault("skipped", 0.0)
 
 
 def anchor_dtype(recipe: Recipe) -> torch.dtype:
@@ -141,7 +114,7 @@ class Prepared:
     precision_reason: str  # "set in the recipe", or why `auto` chose it
     compile_mode: str | None  # torch.compile's mode, None: eager
     compile_reason: str  # why (the start line and summary.json say it)
-    saved: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None  # (trainer, optimizer, rng) of last/
+    saved: checkpoint.Saved | None  # last/'s state, on --resume
     tokenizer: Any
     task: TaskData
     total_steps: int
@@ -213,7 +186,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
                           f"({rundir.saved_before(run_dir)}): it cannot be resumed exactly; keep it, or start it again "
                           "with --overwrite")
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
-    recorded = precision_of_saved_run(saved[0].get("precision"), device) if saved is not None else None
+    recorded = precision_of_saved_run(saved.state.precision, device) if saved is not None else None
     tail: list[preflight.Check] = []  # the dry run lists these after the model's checks, as it always did
     if not resume:
         check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
@@ -234,9 +207,9 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     try:
         step = compiled.plan_step(
             recipe, device, lengths=lengths, total_steps=total_steps,
-            done_steps=saved[0].get("step", 0) if saved is not None else 0, config=config,
+            done_steps=saved.state.step if saved is not None else 0, config=config,
             world_size=ctx.world_size, recorded_precision=recorded,
-            recorded_mode=(saved[0].get("compile_mode"), saved[0].get("compile_reason")) if saved else None)
+            recorded_mode=(saved.state.compile_mode, saved.state.compile_reason) if saved else None)
     except CompileError as exc:
         if not dry_run:
             raise
@@ -403,13 +376,12 @@ def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.N
             (run_dir / rundir.METRICS_FILE).touch()
             checkpoint.save_anchors(run_dir, anchors)
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
-    trainer_state, optim_state, rng_state = p.saved
-    state = TrainerState(**trainer_state)
+    state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on
-    optimizer.load_state_dict(optim_state["optimizer"])
-    if optim_state["scaler"]:
-        scaler.load_state_dict(optim_state["scaler"])
-    checkpoint.restore_rng(rng_state, p.device)
+    optimizer.load_state_dict(p.saved.optimizer["optimizer"])
+    if p.saved.optimizer.get("scaler"):
+        scaler.load_state_dict(p.saved.optimizer["scaler"])
+    checkpoint.restore_rng(p.saved.rng, p.device)
     if ctx.is_main:
         rundir.truncate_metrics(run_dir, state.step)
     return state
