@@ -68,6 +68,19 @@ $(GPU_STAMP): pyproject.toml
 gpu-check: $(GPU_STAMP)
 	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)
 
+# The docs site, offline, into site/: the recipe-keys page regenerated from recall_cli/recipe.py, then a strict
+# build (a broken link, anchor or missing page fails it; mkdocs.yml says how). Installs the docs extra once.
+DOCS_STAMP := $(VENV)/.installed-docs
+.PHONY: docs
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) -e '.[docs]'
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	$(ACTIVATE) python docs/gen_recipe_keys.py
+	$(ACTIVATE) NO_MKDOCS_2_WARNING=1 mkdocs build --strict
+
 # What a GPU machine without a package registry lacks (wheels, a fp16 stand-in for the MiniLM package),
 # in .gpu_kit/ to carry there (README "On a GPU: one command").
 gpu-kit: $(STAMP)
