@@ -86,6 +86,12 @@ def recadam_for(
     if not anchors:
         raise ValueError(f"no parameter of {type(model).__name__} has a pretrained counterpart in {pretrained}: "
                          "is it the checkpoint this model was built from?")
+    anchored = sum(a.numel() for a in anchors.values())
+    total = sum(p.numel() for p in model.parameters())
+    if anchored < total / 2:  # another width or architecture: a few shapes (a bias) match by chance
+        raise ValueError(f"only {anchored:,} of {type(model).__name__}'s {total:,} weights have a counterpart of the "
+                         f"same shape in {pretrained}: is it the checkpoint this model was built from (the same "
+                         "width and depth)?")
     name = "adam_coupled" if mode == "coupled" else "recadam"
     groups = parameter_groups(model, anchors, OptimizerConfig(name=name, weight_decay=weight_decay))
     optimizer = RecAdam(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,

@@ -327,6 +327,12 @@ def _validate_group(group: dict[str, Any], index: int) -> None:
         raise ValueError(f"{where}: recall_floor must be in [0, anneal_w = {group['anneal_w']:g}], got {floor}")
     if group["mode"] not in MODES:
         raise ValueError(f"{where}: unknown mode {group['mode']!r}: expected one of {', '.join(MODES)}")
+    # NaN passes every comparison above as False; a NaN or infinite number makes every weight NaN at
+    # the first step.
+    for key in ("lr", "eps", "weight_decay", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof"):
+        value = group[key]
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{where}: {key} must be a finite number, got {value!r}")
 
 
 def pull_weight(anneal_w: float, lam: float, recall_floor: float) -> float:
