@@ -523,10 +523,6 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
         need(o.lr * o.pretrain_cof < 1,
              f"optimizer.lr x optimizer.pretrain_cof = {o.lr * o.pretrain_cof:g} must be < 1, or the recall "
              "penalty overshoots theta* (lower lr or pretrain_cof)")
-    anchored = [name for name, entry in OPTIMIZERS.items() if entry.anchored]
-    need(OPTIMIZERS[o.name].anchored or m.init != "random",
-         f"model.init: random initialisation is for {'/'.join(anchored)}; {o.name} is vanilla fine-tuning from "
-         "the pretrained weights (set model.init=pretrained)")
 
     need(tr.batch_size >= 1, f"train.batch_size: must be >= 1, got {tr.batch_size}")
     need(tr.eval_batch_size is None or tr.eval_batch_size >= 1,

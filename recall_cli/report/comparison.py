@@ -41,6 +41,7 @@ class Cell:
     values: list[float]
     runs: list[str]
     flagged: list[dict[str, str]] = field(default_factory=list)
+    seeds: list[Any] = field(default_factory=list)  # train.seed of each value's run
     # --table main: the setting chosen on dev for this (group, task), out of `candidates` settings.
     selected: dict[str, Any] | None = None
     candidates: int = 0
@@ -70,9 +71,24 @@ class Cell:
 
 @dataclass
 class Group:
-    label: str
+    label: str  # the grouping keys spelled out: "vanilla fine-tuning, merge=linear, ..., weights=0.25,0.75"
     settings: dict[str, Any]  # the grouping keys and their values
     cells: dict[str, Cell]  # task -> cell
+    # What the figures and tables call the setting (families.describe): "WiSE-FT α=0.75"
+    name: str = ""
+    # A member run's recipe (dotted), with the setting keys its members do not share left out (None)
+    example: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Against:
+    """compare --against: each setting's paired difference from the reference setting, per task."""
+
+    reference: Group
+    level: float
+    metrics: list[str]  # the table's metric, then the kept skill (sts_retained) where the runs record it
+    intervals: dict[tuple[str, str, str], Any]  # (group label, task, metric) -> intervals.Interval
+    notes: list[str] = field(default_factory=list)  # what has no interval, and why
 
 
 @dataclass
@@ -85,6 +101,7 @@ class Comparison:
     stats: list[str]  # rows per group in the wide table
     averages: list[tuple[str, list[str]]]  # (column title, tasks averaged)
     preset: str | None = None
+    against: Against | None = None
 
     def average(self, group: Group, stat: str, tasks: list[str]) -> float | None:
         values = [group.cells[t].stat(stat) if t in group.cells else None for t in tasks]
@@ -103,7 +120,7 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
     if by and preset:
         raise ReportError("give either --by or --table, not both")
     names = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
-                    if k not in ("step", "split") and not isinstance(v, list)}
+                    if k not in ("step", "split", "data") and not isinstance(v, list)}
                    | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
     bad = [s for s in (stats or []) if s not in STATS]
     if bad:
@@ -132,12 +149,14 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         keys += [k for k in differing if k not in keys]
 
     groups: dict[str, Group] = {}
+    members: dict[str, list[Run]] = {}
     candidates: dict[tuple[str, str], dict[str, Cell]] = {}
     for run in runs:
         settings = {k: run.settings.get(k) for k in keys}
         gid = _key(settings)
         if gid not in groups:
             groups[gid] = Group(group_label(settings, preset), settings, {})
+        members.setdefault(gid, []).append(run)
         if select:
             vanilla = is_vanilla(run.settings.get("optimizer.name"))
             chosen = {k: run.settings.get(k) for k in select if not (vanilla and k in RECADAM_ONLY_KEYS)}
@@ -153,6 +172,9 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         best.candidates = len(per_setting)
         groups[gid].cells[task] = best
     ordered = sorted(groups.values(), key=lambda g: [_sort_key(k, g.settings.get(k)) for k in keys])
+    for gid, group in groups.items():
+        group.example = shared_settings(members[gid])
+    name_groups(ordered)
 
     order = list(TASK_TITLES)  # the paper's column order: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE
     tasks = sorted({run.task for run in runs}, key=lambda t: (order.index(t) if t in order else len(order), t))
@@ -193,10 +215,114 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
                 method += f" + {INIT_NAMES.get(settings.get('model.init'), settings.get('model.init'))}"
             parts.append(method)
     for key, value in settings.items():
-        if key in ("optimizer.name", "model.init") or (value is None and (is_vanilla(name) or key.startswith("record."))):
+        # None is a key the setting leaves unset (a RecAdam key for adamw, a record key for a trained run,
+        # task.max_train_examples for every row): not a value to print, for any method alike.
+        if key in ("optimizer.name", "model.init") or value is None:
             continue
         parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
     return ", ".join(parts) or "all runs"
+
+
+def shared_settings(runs: list[Run]) -> dict[str, Any]:
+    """The first run's recipe, with every setting key on which ``runs`` disagree left out (None): a row
+    of --table main or --by pools several settings, and its name must not be one member's."""
+    from .runs import is_setting_key
+
+    first = dict(runs[0].settings)
+    for key in list(first):
+        if is_setting_key(key) and any(_key(run.settings.get(key)) != _key(first[key]) for run in runs[1:]):
+            first[key] = None
+    return first
+
+
+def name_groups(groups: list[Group]) -> None:
+    """Each group's name as the figures call the setting (families.describe); its label where the
+    name would say nothing (a setting of no named key: a run's folder, "all runs")."""
+    from .families import describe
+
+    for group, described in zip(groups, describe([(g.settings, g.example) for g in groups])):
+        group.name = described.name or group.label
+
+
+def find_reference(groups: list[Group], text: str) -> Group:
+    """--against SETTING: the group whose name or label is SETTING (case and spaces aside), else the one
+    whose name or label starts with it, else the one that contains it; ReportError when none or several."""
+    from ..errors import ReportError
+
+    def norm(value: str) -> str:
+        return " ".join(value.lower().replace("α=", "α ").replace("τ=", "τ ").split())
+
+    wanted = norm(text)
+    if not wanted:
+        raise ReportError("--against: give a setting's name, e.g. --against vanilla")
+    for test in (lambda v: v == wanted, lambda v: v.startswith(wanted), lambda v: wanted in v):
+        found = [g for g in groups if test(norm(g.name)) or test(norm(g.label))]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            names = "; ".join(g.name for g in found[:6]) + ("; ..." if len(found) > 6 else "")
+            raise ReportError(f"--against {text!r} names {len(found)} settings ({names}): give more of one's name")
+    names = "; ".join(g.name for g in groups[:8]) + ("; ..." if len(groups) > 8 else "")
+    raise ReportError(f"--against {text!r}: no setting is called that; the settings are: {names}")
+
+
+def add_against(result: Comparison, runs: list[Run], setting: str, level: float = 0.95,
+                kept: str = "sts_retained") -> Comparison:
+    """Each (setting, task)'s paired bootstrap interval of its difference from the reference setting
+    (intervals.py), for the table's metric and for the kept skill (``kept``, read from the same runs at
+    the same eval), where the runs record it."""
+    from .intervals import by_seed, check_level, paired_interval, seeds_text
+
+    check_level(level)
+    reference = find_reference(result.groups, setting)
+    by_path = {str(run.path): run for run in runs}
+    metrics = [result.metric]
+    notes: list[str] = []
+    if kept != result.metric:
+        recorded = any(_finite((run.eval_at(result.at) or {}).get(kept)) for run in runs if run.finished)
+        if recorded:
+            metrics.append(kept)
+        else:
+            notes.append(f"no run records {kept} at its {result.at} eval (probes off): no interval for the kept skill")
+
+    def per_seed(cell: Cell, metric: str) -> dict[Any, float]:
+        if metric == result.metric:
+            return by_seed(cell.seeds, cell.values)
+        seeds, values = [], []
+        for path, seed in zip(cell.runs, cell.seeds):
+            value = (by_path[path].eval_at(result.at) or {}).get(metric) if path in by_path else None
+            if _finite(value):
+                seeds.append(seed)
+                values.append(value)
+        return by_seed(seeds, values)
+
+    intervals: dict[tuple[str, str, str], Any] = {}
+    missing: list[str] = []
+    for group in result.groups:
+        if group is reference:
+            continue
+        for task, cell in group.cells.items():
+            ref_cell = reference.cells.get(task)
+            if ref_cell is None:
+                missing.append(f"{group.name} / {TASK_TITLES.get(task, task)}: {reference.name} has no runs on this task: n/a")
+                continue
+            for metric in metrics:
+                intervals[(group.label, task, metric)] = paired_interval(per_seed(cell, metric), per_seed(ref_cell, metric), level)
+    # The seeds each interval is paired over: one line where every cell shares them, else one line per set.
+    name_of = {g.label: g.name for g in result.groups}
+    shared: dict[tuple, list[str]] = {}
+    for (label, task, metric), interval in intervals.items():
+        if interval.low is not None and metric == result.metric:
+            shared.setdefault(interval.seeds, []).append(f"{name_of[label]} / {TASK_TITLES.get(task, task)}")
+    for seeds, cells in sorted(shared.items(), key=lambda item: -len(item[1])):
+        where = "every interval" if len(shared) == 1 else ", ".join(cells)
+        notes.append(f"{where}: paired over seeds {seeds_text(seeds)} (n={len(seeds)})")
+    notes += missing
+    for (label, task, metric), interval in intervals.items():
+        if interval.low is None:
+            notes.append(f"{name_of[label]} / {TASK_TITLES.get(task, task)} ({metric}): n/a: {interval.note}")
+    result.against = Against(reference, level, metrics, intervals, notes)
+    return result
 
 
 def _fmt_setting(value: Any) -> str:
@@ -239,6 +365,7 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
         flag(constant + ": kept")
     cell.values.append(float(value))
     cell.runs.append(str(run.path))
+    cell.seeds.append(run.seed)
 
 
 _DEV_SHARES: dict[str, dict[Any, float] | None] = {}

@@ -152,7 +152,7 @@ def check_metrics(runs: list[Run], x: str, y: str) -> None:
     """--x and --y must name something the runs record (an eval metric, a probe measure, distance); a
     probe measure that no run recorded is left to tradeoff_points' "probes off" message."""
     known = sorted({k for run in runs for r in run.evals + run.probes for k, v in r.items()
-                    if k not in ("step", "split") and not isinstance(v, list)}
+                    if k not in ("step", "split", "data") and not isinstance(v, list)}
                    | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
     for option, metric in (("--x", x), ("--y", y)):
         if metric not in known and metric not in PROBE_MEASURES:

@@ -8,6 +8,7 @@ that take two or more values among runs of one task: what comparison.py groups b
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
@@ -26,13 +27,76 @@ from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_di
 # Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
 RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
                      "optimizer.anneal_w", "optimizer.pretrain_cof", "optimizer.recall_floor")
-# Keys that do not change what is learned (or are the aggregation axes): never grouping keys.
-# probe.* (what is measured, not learned) is left out too; older runs have none of those keys.
-NOT_SETTINGS = {"output_dir", "train.seed", "train.device", "train.log_every", "train.save_every",
-                "train.keep_last", "train.eval_every", "train.eval_batch_size", "model.trust_remote_code",
-                *RECORD_PATH_KEYS}  # a scored record's file names: they differ per seed
+
+# Keys that never make a setting (issue 32): two runs that differ only in these are two seeds of one
+# setting, in compare, forgetting and tradeoff alike. Each changes bookkeeping, cadence or hardware, not
+# what is learned nor what the report's number measures. `--by KEY` still groups by any of them.
+NOT_SETTING_REASONS = {
+    "output_dir": "where the run is written",
+    "train.seed": "the seed: what the runs of one setting differ in (the report aggregates over it)",
+    "train.report_to": "experiment trackers: where the records are also sent",
+    "train.log_every": "how often a training record is written",
+    "train.eval_every": "how often the dev set (the holdout, under task.holdout) is scored: the final score is "
+                        "the same; --at best reads the best of these evaluations",
+    "train.save_every": "checkpoint cadence",
+    "train.keep_last": "how many step checkpoints are kept",
+    "train.save": "what a finished run keeps on disk",
+    "train.eval_batch_size": "evaluation batching",
+    "train.device": "the hardware: CPU and CUDA differ in float rounding, as two GPUs do (with train.precision "
+                    "auto the device also picks the precision: set train.precision, or --by train.device)",
+    "train.compile": "torch.compile of the step: the same arithmetic, fused (rounding only)",
+    "task.pad_to_multiple_of": "padding up to a multiple: padded positions are masked out (rounding only)",
+    "model.trust_remote_code": "permission to run a model's own code",
+    **{key: "a scored record's file names: they differ per seed" for key in RECORD_PATH_KEYS},
+}
+# Every key under these prefixes, for the same reason.
+NOT_SETTING_PREFIXES = {
+    "probe.": "what is measured and how often, not what is learned (a kept skill measured on other pairs "
+              "or texts is on another scale: --by probe.num_pairs splits them)",
+}
+NOT_SETTINGS = set(NOT_SETTING_REASONS)
+# Which keys a run that lacks them (made before they existed) reads at today's default: every recipe key
+# but train.precision (before it existed, runs trained in fp32, which is not today's auto). New keys
+# default to the old behaviour (a floor of 0, no anchor, no LoRA, no holdout), so an old run and a new
+# one that leaves the key alone are one setting.
+NO_DEFAULT_FILL = ("train.precision",)
 # Short names (names.KEY_ALIASES): --by k resolves to optimizer.anneal_k, and a group label reads k=0.1.
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
+
+
+def is_setting_key(key: str) -> bool:
+    """Whether ``key`` can make a setting (NOT_SETTING_REASONS, NOT_SETTING_PREFIXES; task.name is the column)."""
+    return key not in NOT_SETTINGS and key != "task.name" and not key.startswith(tuple(NOT_SETTING_PREFIXES))
+
+
+def recipe_defaults() -> dict[str, Any]:
+    """Every recipe key that has a default, dotted, at its default (required keys have none)."""
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        import dataclasses
+        import typing
+
+        from ..recipe import SECTIONS, Recipe
+
+        def walk(prefix: str, cls: type) -> dict[str, Any]:
+            hints, out = typing.get_type_hints(cls), {}
+            for f in dataclasses.fields(cls):
+                key = f"{prefix}{f.name}"
+                if dataclasses.is_dataclass(hints[f.name]):
+                    out.update(walk(key + ".", hints[f.name]))
+                elif f.default is not dataclasses.MISSING:
+                    out[key] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    out[key] = f.default_factory()
+            return out
+
+        _DEFAULTS = {"output_dir": Recipe.__dataclass_fields__["output_dir"].default}
+        for section, cls in SECTIONS.items():
+            _DEFAULTS.update(walk(section + ".", cls))
+    return _DEFAULTS
+
+
+_DEFAULTS: dict[str, Any] | None = None
 
 
 @dataclass
@@ -64,9 +128,28 @@ class Run:
     def probes(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("split") == "probe"]
 
+    @property
+    def tests(self) -> list[dict[str, Any]]:
+        """task.holdout: the dev split's one scoring, on the final weights (``split: "test"``)."""
+        return [r for r in self.records if r.get("split") == "test"]
+
+    @property
+    def seed(self) -> Any:
+        return self.settings.get("train.seed")
+
+    def holdout_final(self) -> dict[str, Any] | None:
+        """Under task.holdout, the last evaluation (the holdout's, on the final weights: summary.json's
+        final.holdout); None for a run without a holdout."""
+        evals = self.evals
+        return evals[-1] if evals and evals[-1].get("data") == "holdout" else None
+
     def eval_at(self, at: str) -> dict[str, Any] | None:
         """The final or best eval record, with the scalar probe measures taken at the same step, the
-        distance to theta* logged at that step (a record's eval carries its own) and the run's training time."""
+        distance to theta* logged at that step (a record's eval carries its own) and the run's training time.
+
+        Under task.holdout the final record is the dev split's (scored once at the end: the number a
+        report gives, summary.json's final); the evaluations during training scored the holdout, so the
+        best record is the holdout's (no dev score exists for best/)."""
         evals = self.evals
         if not evals:
             return None
@@ -75,11 +158,13 @@ class Run:
             record = max(finite, key=lambda r: r["main"]) if finite else evals[-1]
         else:
             record = evals[-1]
+            if record.get("data") == "holdout":
+                record = next((r for r in reversed(self.tests) if r["step"] == record["step"]), record)
         extra: dict[str, Any] = {}
         logged = [r for r in self.train if r["step"] <= record["step"] and _finite(r.get("distance"))]
         if logged:
             extra["distance"] = logged[-1]["distance"]
-        if self.summary and _finite(self.summary.final_distance) and record is evals[-1] and self.finished:
+        if self.summary and _finite(self.summary.final_distance) and record["step"] == evals[-1]["step"] and self.finished:
             extra["distance"] = self.summary.final_distance
         if self.summary and _finite(self.summary.train_seconds):
             extra["train_seconds"] = self.summary.train_seconds
@@ -99,6 +184,9 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
     if not isinstance(config, dict):
         raise ValueError("config.yaml is not a mapping")
     settings = flatten(config)
+    for key, value in recipe_defaults().items():  # a key the run predates: the default, which it ran at
+        if key not in settings and key not in NO_DEFAULT_FILL:
+            settings[key] = copy.deepcopy(value)
     if is_vanilla(settings.get("optimizer.name")):
         settings.update(dict.fromkeys(RECADAM_ONLY_KEYS))
     else:
@@ -229,7 +317,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
     keys: list[str] = []
     for run in runs:
         for key in run.settings:
-            if key in keys or key in NOT_SETTINGS or key == "task.name" or key.startswith("probe."):
+            if key in keys or not is_setting_key(key):
                 continue
             if any(len(_values(group, key)) > 1 for group in by_task.values()):
                 keys.append(key)

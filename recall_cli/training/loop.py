@@ -28,7 +28,6 @@ from ..names import OPTIMIZERS
 from ..optim import distance_to_anchor
 from ..probes.runner import record_at
 from ..recipe import Recipe
-from ..recipe_advice import unused_keys
 from ..runtime import autocast_for
 from . import checkpoint, compiled
 from .loss import loss_step
@@ -435,8 +434,8 @@ def start_info(t: Training) -> dict[str, Any]:
             **({"recall_floor": floor} if floor > 0 else {}),
             **({"methods": "; ".join(method_labels(t.recipe))} if active_methods(t.recipe) else {}),
             **t.method_info,
-            **({"unused": ", ".join(unused_keys(t.recipe)) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
-               if unused_keys(t.recipe) else {}),
+            **({"unused": ", ".join(t.unused) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
+               if t.unused else {}),
             "run_dir": str(t.run_dir)}
     if t.ctx.enabled:
         info.update(processes=t.ctx.world_size, global_batch=tc.batch_size * t.ctx.world_size * tc.grad_accum)

@@ -84,12 +84,11 @@ def dry_run_lines(prepared: Any) -> dict[str, str]:
     """What --dry-run says of the methods (and of keys this run does not read), from the run's own
     set-up: the anchor's cache and its bound, LoRA's trainable parameters as peft counts them."""
     from ..methods import active_methods, method_labels
-    from ..recipe_advice import unused_keys
 
     recipe, lines = prepared.recipe, {}
     if active_methods(recipe):
         lines["methods"] = "; ".join(method_labels(recipe))
-    unused = unused_keys(recipe)
+    unused = prepared.unused
     if unused:
         lines["unused"] = f"{', '.join(unused)} (only RecAdam reads them; this run is {recipe.optimizer.name})"
     built = prepared.built

@@ -32,7 +32,7 @@ from ..names import OPTIMIZERS
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
-from ..recipe_advice import schedule_warnings
+from ..recipe_advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from . import checkpoint, compiled, methods, preflight
 from .checkpoint import TrainerState
@@ -122,6 +122,7 @@ class Prepared:
     adapter: Any = None  # LoRA: peft's model around built.model (which holds its adapters)
     checks: preflight.Preflight | None = None  # every check made, in the order --dry-run lists them
     start: Start | None = None
+    unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
 
 
 def _load_model(recipe: Recipe, spec: data.TaskSpec, last: Path | None) -> tuple[BuiltModel, Any]:
@@ -161,6 +162,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     ``dry_run``: `recall finetune --dry-run` is this function too. It goes on past a failed check to
     report every check (Prepared.checks) and stops before the model loads when one failed; the run
     stops at the first failed check with that check's own error (its line and exit code)."""
+    unused = unused_keys(recipe)  # on the recipe as written: what the run sets aside
+    recipe = runnable(recipe)
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
@@ -234,7 +237,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         for message in schedule_warnings(recipe, total_steps):
             reporter.warn(message)
     prepared = Prepared(recipe, ctx, device, step.precision, step.precision_reason, step.mode, step.reason, saved,
-                        tokenizer, task, total_steps, None, checks=report, start=start)
+                        tokenizer, task, total_steps, None, checks=report, start=start, unused=unused)
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
@@ -282,6 +285,7 @@ class Training:
     head_only: bool = False  # LP-FT's head phase: the encoder is frozen until train.linear_probe_steps
     method_info: dict[str, str] = field(default_factory=dict)  # the start line's words on the methods
     adapter: Any = None  # LoRA: peft's model around `model`, for saving the adapters and merging them
+    unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
     part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
 
 
@@ -339,7 +343,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
-        terms=terms, head_only=head_only, method_info=method_info, adapter=p.adapter,
+        terms=terms, head_only=head_only, method_info=method_info, adapter=p.adapter, unused=p.unused,
     )
 
 
