@@ -7,7 +7,7 @@ metrics; model and the training set-up read whether an optimizer is anchored and
 its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
 Adam moments; the probe runner which inputs a probe reads; sweep and report the short key names.
 
-Adding a GLUE-style task, an optimizer or a probe is one entry here plus its code (README: "Extending
+Adding a GLUE-style task, an optimizer or a probe is one entry here plus its code (docs/extending.md: "Extending
 recall"). Standard library only: the CLI's --help, recipe checks and reports import it without torch.
 """
 

@@ -97,7 +97,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # The step under torch.compile: auto compiles where it is measured faster (README "Speed"), off
+    # The step under torch.compile: auto compiles where it is measured faster (docs/speed.md), off
     # never, on always (exit 2 with the reason when it cannot).
     compile: Literal["auto", "off", "on"] = "auto"
     # Experiment trackers that get every metrics.jsonl record (names.TRACKERS; the Trainer's names).

@@ -73,7 +73,7 @@ def cuda_auto_precision(compiled: bool) -> tuple[str, str]:
         if torch.cuda.is_bf16_supported():
             return "bf16", "auto: bf16 for the compiled step on this GPU"
         return "fp16", "auto: fp16 for the compiled step (this GPU lacks bf16)"
-    return "fp32", "auto: fp32 for an eager GPU step, launch-bound at BERT sizes (README \"Speed\")"
+    return "fp32", "auto: fp32 for an eager GPU step, launch-bound at BERT sizes (docs/speed.md)"
 
 
 def choose_precision(name: str, device: torch.device, recorded: str | None = None, *, compiled: bool = False) -> tuple[str, str]:

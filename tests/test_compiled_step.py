@@ -151,7 +151,7 @@ def test_dry_run_says_how_the_step_will_run_and_fails_as_the_run_would(tiny_mode
     assert result.exit_code == 0, result.output
     [step] = [c for c in json.loads(result.output)["checks"] if c["name"] == "step"]
     assert step == {"name": "step", "status": "ok",
-                    "message": 'eager (auto: eager on CPU, measured faster there (README "Speed")); fp32 (set in the recipe)'}
+                    "message": 'eager (auto: eager on CPU, measured faster there (docs/speed.md)); fp32 (set in the recipe)'}
     monkeypatch.setattr(compiled, "cannot_compile", lambda device: "no C++ compiler found (install g++ or set CXX)")
     result = runner.invoke(app, ["finetune", str(recipe), "train.compile=on", "--dry-run"])
     assert result.exit_code == 2
@@ -373,7 +373,7 @@ def test_the_start_line_says_how_the_step_runs(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 2}))
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
     assert result.exit_code == 0, result.output
-    assert "step=eager (auto: eager on CPU, measured faster there (README \"Speed\"))" in result.output
+    assert "step=eager (auto: eager on CPU, measured faster there (docs/speed.md))" in result.output
     assert load_recipe(recipe).train.compile == "auto"
 
 

@@ -71,7 +71,7 @@ def finetune(
     nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, help="Start N processes on this machine under torchrun (DDP: nccl on CUDA, gloo on CPU). train.batch_size is per process.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: one JSON object (recipe, plan, preflight checks, memory estimate).")] = False,
 ) -> None:
-    """Fine-tune a model as a recipe says, writing a run directory (see README: the run directory).
+    """Fine-tune a model as a recipe says, writing a run directory (see docs/run-directory.md).
 
     For several devices: `recall finetune RECIPE --nproc 8`, or `torchrun --nproc_per_node 8 -m recall_cli
     finetune RECIPE` (and torchrun's --nnodes and rendezvous flags across machines). SIGTERM saves last/

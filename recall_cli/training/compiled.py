@@ -6,7 +6,7 @@ model's forward lets torch.compile (through AOTAutograd) compile the backward as
 hundreds. A CUDA graph is recorded per input shape: with dynamic padding every batch length is a new
 graph, so compiling pays only with length buckets (task.pad_to_multiple_of).
 
-What `auto` does, and why (measurements in README "Speed", benchmarks/compile_step.py):
+What `auto` does, and why (measurements in docs/speed.md, benchmarks/compile_step.py):
 - CPU: eager. On a CPU with native bf16, eager bf16 beats a compiled step, and where it is emulated
   a compiled fp32 step is at most ~1.2x eager while its first compile takes minutes.
 - CUDA with length buckets, when the run is long enough to pay for its compiles (`pays_back`):
@@ -136,7 +136,7 @@ def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None
             raise CompileError(f"train.compile=on, but {problem} (or set train.compile=off)")
         return mode, "on in the recipe"
     if device.type != "cuda":
-        return None, "auto: eager on CPU, measured faster there (README \"Speed\")"
+        return None, "auto: eager on CPU, measured faster there (docs/speed.md)"
     if problem is not None:
         return None, f"auto: eager, {problem}"
     if pad_to_multiple_of is None:

@@ -6,7 +6,7 @@ them as a table or JSON and `train.finetune` refuses a run that cannot work befo
 directory. Every rank of a distributed run computes the same checks from the same files, so all of them
 refuse alike (the memory check only warns, since free memory differs between devices).
 
-Decisions (README: "Preflight"):
+Decisions (docs/commands/finetune.md, "Preflight"):
 - task.max_seq_length above the model's position limit is refused, with the limit named, not capped:
   the recipe saved with the run must say what the run did.
 - The memory estimate is the peak of one process: fp32 master weights, gradients, Adam's two moments,
@@ -32,7 +32,7 @@ from ..recipe import Recipe
 
 Status = Literal["ok", "warn", "fail"]
 
-# Calibrated with benchmarks/memory_estimate.py on CPU (README "Preflight"): the peak resident size of
+# Calibrated with benchmarks/memory_estimate.py on CPU (docs/commands/finetune.md, "Preflight"): the peak resident size of
 # a process that has imported torch, transformers and recall (scikit-learn and scipy come with the
 # metrics), loaded a tokenizer and taken two training steps of a negligible model (autograd and the
 # CPU kernels' workspaces and thread pools arrive with the first step): 555 MiB measured, of which
