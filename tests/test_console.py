@@ -123,8 +123,18 @@ def test_the_bar_counts_the_last_step_while_it_is_evaluated():
 
 
 def test_plain_and_rich_print_the_same_record_line(capsys):
-    PlainReporter().eval({"step": 30, "split": "eval", "accuracy": 0.495, "main": 0.495})
-    assert capsys.readouterr().out == "step=30 split=eval accuracy=0.495 main=0.495\n"
+    record = {"step": 30, "split": "eval", "data": "holdout", "accuracy": 0.495, "main": 0.495}
+    PlainReporter().eval(record)
+    plain = capsys.readouterr().out
+    assert plain == "step=30 split=eval data=holdout accuracy=0.495 main=0.495\n"
+    console = Console(width=120, record=True, file=io.StringIO(), color_system=None)
+    reporter = RichReporter(console)
+    reporter.progress.auto_refresh = False
+    reporter.start(100, 0, {"device": "cpu"})
+    reporter.eval(record)
+    reporter.close()
+    rich_lines = [line.rstrip() for line in console.export_text().splitlines() if line.startswith("step=")]
+    assert rich_lines == [plain.rstrip()]
 
 
 # ---- tables ----------------------------------------------------------------------------------------

@@ -61,11 +61,29 @@ def test_one_alias_table_names_sweep_cells_and_resolves_report_keys():
         == ["s3", "k0.1", "random"]
 
 
-def test_every_probe_measure_is_a_report_metric():
-    from recall_cli.probes import PROBES
-    from recall_cli.recipe import PROBE_NAMES
-    from recall_cli.report import PROBE_MEASURES
+def test_every_probe_measure_is_a_report_metric(tmp_path):
+    """Every measure a probe writes is a column `recall compare --metric` accepts and reads back from a
+    run's probe record (not only a name in a tuple)."""
+    import json
 
-    assert PROBES == PROBE_NAMES == tuple(names.PROBES)
-    assert PROBE_MEASURES == tuple(m for p in names.PROBES.values() for m in p.measures)
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
     assert all(p.reads in ("texts", "pairs") for p in names.PROBES.values())
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {name_or_path: x}\ntask: {name: sst2}\noptimizer: {name: adamw}\n")
+    probe = {m: 0.5 + i / 100 for i, m in enumerate(names.PROBE_MEASURES)}
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "split": "eval", "accuracy": 0.9, "main": 0.9}) + "\n"
+                                       + json.dumps({"step": 5, "split": "probe", **probe}) + "\n")
+    (run / "summary.json").write_text(json.dumps({"task": "sst2", "optimizer": "adamw", "init": "pretrained", "seed": 1,
+                                                  "steps": 5, "finished": True, "best": None,
+                                                  "final": {"step": 5, "main": 0.9}, "final_distance": 1.0,
+                                                  "probe": {"step": 5, **probe}}))
+    for measure in names.PROBE_MEASURES:
+        result = CliRunner().invoke(app, ["compare", str(run), "--metric", measure, "--format", "json"])
+        assert result.exit_code == 0, (measure, result.output)
+        [row] = json.loads(result.stdout)
+        assert row["metric"] == measure and row["n"] == 1, (measure, row)
+        assert abs(row["median"] - probe[measure]) < 1e-9, (measure, row)
