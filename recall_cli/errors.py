@@ -31,12 +31,26 @@ class ExitCode(IntEnum):
 # A stopped process: what finetune exits with after Ctrl-C, and after SIGTERM (it saves last/ first).
 STOPPED = (ExitCode.INTERRUPTED, ExitCode.PREEMPTED)
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, recipe, data, model or output directory "
-    "(nothing written); 3 training diverged (NaN/inf loss); 4 environment: disk full, permission denied, "
-    "read-only file system or an output path that cannot be a folder (nothing half-written); 130 interrupted; "
-    "143 stopped by SIGTERM (finetune saves last/ first: continue with --resume). RECALL_DEBUG=1 shows tracebacks."
-)
+def exit_codes_help(meanings: dict[ExitCode, str], joiner: dict[ExitCode, str] | None = None) -> str:
+    """A command's --help epilog: each code it can exit with (numbers from ExitCode, words its own), in
+    the table's order: "Exit codes: 0 ok; 1 unexpected failure; ... RECALL_DEBUG=1 shows tracebacks."
+    ``joiner``: the separator before a code where it is not "; " (", " joins 130 and 143 in some)."""
+    parts = []
+    for code in sorted(meanings):
+        parts.append(((joiner or {}).get(code, "; ") if parts else "") + f"{int(code)} {meanings[code]}")
+    return "Exit codes: " + "".join(parts) + ". RECALL_DEBUG=1 shows tracebacks."
+
+
+EXIT_CODES_HELP = exit_codes_help({
+    ExitCode.OK: "ok",
+    ExitCode.FAILURE: "unexpected failure",
+    ExitCode.USAGE: "bad usage, recipe, data, model or output directory (nothing written)",
+    ExitCode.DIVERGED: "training diverged (NaN/inf loss)",
+    ExitCode.ENVIRONMENT: "environment: disk full, permission denied, read-only file system or an output path that "
+                          "cannot be a folder (nothing half-written)",
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.PREEMPTED: "stopped by SIGTERM (finetune saves last/ first: continue with --resume)",
+})
 
 
 class RecallError(Exception):

@@ -14,17 +14,22 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import ExitCode, exit_codes_help
 from ..merge import METHODS, Option, known_options
 from .common import JsonOpt, dumps_json, run_guarded
 
-MERGE_EXIT_CODES = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: fewer than two models, a missing folder, models of "
-    "different architectures, shapes or vocabularies, an unreadable weights file, a missing or empty samples "
-    "file, a number that is not finite or out of range, settings that would write NaN/inf weights, an --out "
-    "that exists, a failed --evaluate (nothing is written); 4 --out cannot be written (disk full, permission "
-    "denied, read-only, a file or dangling link in the way); 130 Ctrl-C, 143 SIGTERM (nothing is written). "
-    "RECALL_DEBUG=1 shows tracebacks."
-)
+MERGE_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: "ok",
+    ExitCode.FAILURE: "unexpected failure",
+    ExitCode.USAGE: "bad usage: fewer than two models, a missing folder, models of different architectures, shapes or "
+                    "vocabularies, an unreadable weights file, a missing or empty samples file, a number that is not "
+                    "finite or out of range, settings that would write NaN/inf weights, an --out that exists, a failed "
+                    "--evaluate (nothing is written)",
+    ExitCode.ENVIRONMENT: "--out cannot be written (disk full, permission denied, read-only, a file or dangling link "
+                          "in the way)",
+    ExitCode.INTERRUPTED: "Ctrl-C",
+    ExitCode.PREEMPTED: "SIGTERM (nothing is written)",
+}, joiner={ExitCode.PREEMPTED: ", "})
 
 
 def register(app: typer.Typer) -> None:
