@@ -421,6 +421,23 @@ def truncate_metrics(run_dir: Path, last_step: int) -> None:
     write_metrics(run_dir, [r for r in records if r["step"] <= last_step])
 
 
+def keep_final(run_dir: Path) -> int:
+    """train.save=final, at the end of a finished run: remove what only --resume and theta*-based
+    merges read (last/'s optimizer and RNG state, anchor.safetensors, checkpoints/); returns the bytes
+    freed. last/trainer_state.json stays: it is small, and says where the run ended."""
+    freed = 0
+    doomed = [run_dir / ANCHOR_FILE, *sorted((run_dir / "last").glob("rng_state*.pt")), run_dir / "last" / OPTIMIZER_FILE]
+    for path in doomed:
+        if path.is_file():
+            freed += path.stat().st_size
+            path.unlink()
+    steps = run_dir / "checkpoints"
+    if steps.is_dir():
+        freed += sum(p.stat().st_size for p in steps.rglob("*") if p.is_file())
+        shutil.rmtree(steps)
+    return freed
+
+
 def saved_before(run_dir: Path) -> str | None:
     """What shows that ``run_dir`` completed a save (a checkpoint, a summary, an evaluation): a run
     that --resume must not start over. None for a run stopped before its first save."""

@@ -278,3 +278,41 @@ def test_saved_checkpoints_name_the_classes_as_glue_does(tiny_model_dir, tmp_pat
     config = json.loads((tmp_path / "out" / "best" / "config.json").read_text())
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert config["label2id"] == {"negative": 0, "positive": 1}
+
+
+@pytest.mark.slow
+def test_save_final_keeps_what_later_commands_read_and_drops_what_only_resume_needs(tiny_model_dir, tmp_path):
+    def run(name, save):
+        recipe = tiny_recipe(tiny_model_dir, tmp_path / name, train={"max_steps": 4, "eval_every": 2, "keep_last": 1,
+                                                                      "save": save}, probe={"enabled": False})
+        result = finetune(str(write_recipe(tmp_path / f"{name}.yaml", recipe)))
+        assert result.exit_code == 0, result.output
+        return tmp_path / name, result.output
+
+    def size(folder):
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+    full, _ = run("all", "all")
+    lean, said = run("final", "final")
+    assert "train.save=final: removed what only --resume reads" in said
+    assert (lean / "best" / "model.safetensors").is_file() and (lean / "last" / "model.safetensors").is_file()
+    assert (lean / "summary.json").is_file() and (lean / "metrics.jsonl").is_file()
+    assert not (lean / "anchor.safetensors").exists() and not (lean / "last" / "optimizer.pt").exists()
+    assert not (lean / "checkpoints").exists() and (full / "checkpoints").is_dir()
+    # theta* and Adam's two moments are most of a run: the lean run keeps well under half of it.
+    assert size(lean) < 0.6 * size(full), (size(lean), size(full))
+    # The same weights either way; evaluate reads the lean run; --resume says there is nothing to resume.
+    assert (lean / "best" / "model.safetensors").read_bytes() == (full / "best" / "model.safetensors").read_bytes()
+    evaluated = CliRunner().invoke(app, ["evaluate", str(lean)])
+    assert evaluated.exit_code == 0, evaluated.output
+    resumed = finetune("--resume", str(lean))
+    assert resumed.exit_code == 2 and "nothing to resume" in resumed.output
+    # --dry-run says what a run will take, and what train.save=final keeps, within 10% of what they took.
+    import re
+
+    plan = finetune(str(tmp_path / "all.yaml"), f"output_dir={tmp_path / 'planned'}", "--dry-run")
+    [line] = [line for line in plan.output.splitlines() if line.startswith("# disk: ")]
+    whole, kept = (float(n.replace(",", "")) * 2**20 for n in re.findall(r"~([\d,.]+) MiB", line)[::2][:1] +
+                   re.findall(r"keeps ~([\d,.]+) MiB", line))
+    assert abs(whole - size(full)) < 0.1 * size(full) + 2**20, (line, size(full))
+    assert abs(kept - size(lean)) < 0.1 * size(lean) + 2**20, (line, size(lean))

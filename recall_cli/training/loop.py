@@ -410,6 +410,10 @@ def run(t: Training, reporter: Reporter, new_dir: rundir.NewRunDir) -> dict[str,
         return {"steps": t.state.step, "final_distance": final_distance, "rank": t.ctx.rank}
     summary = build_summary(t, final_distance, distances)
     rundir.write_summary(t.run_dir, summary)
+    if t.recipe.train.save == "final" and summary.finished:
+        freed = rundir.keep_final(t.run_dir)
+        reporter.note(f"train.save=final: removed what only --resume reads ({freed / 2**20:.0f} MiB): the run "
+                      "cannot be resumed or extended")
     try:
         loop.trackers.finish(summary.to_dict(), t.run_dir)
     finally:

@@ -94,6 +94,7 @@ def dry_run_lines(prepared: Any) -> dict[str, str]:
     built = prepared.built
     if built is None:
         return lines
+    lines["disk"] = disk_line(prepared)
     if recipe.keep.embeddings > 0:
         lines["anchor"] = plan_anchor(recipe, len(prepared.task.train), built.model.config.hidden_size).line
     if prepared.adapter is not None:
@@ -103,3 +104,22 @@ def dry_run_lines(prepared: Any) -> dict[str, str]:
         lines["lora"] = (f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
                          f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning")
     return lines
+
+
+def disk_line(prepared: Any) -> str:
+    """What the run directory will take at the end: each checkpoint folder's weights (fp32), theta*,
+    last/'s Adam moments (two per trainable weight); and what train.save=final keeps of it."""
+    recipe, model = prepared.recipe, prepared.built.model
+    weights = sum(p.numel() for p in model.parameters()) * 4
+    if prepared.adapter is not None:  # saved merged: the base model's size, plus the small adapter
+        weights = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n and "original_module" not in n) * 4
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
+    theta_star = sum(t.numel() for t in (prepared.built.anchors or {}).values()) * 4
+    folders = 2 + (recipe.train.linear_probe_steps > 0)  # best/, last/, lp/
+    final = folders * weights
+    everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)
+    mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
+    return (f"~{mib(everything)} at the end (train.save={recipe.train.save}: {folders} checkpoint folders of "
+            f"{mib(weights)}, theta* {mib(theta_star)}, Adam's moments {mib(2 * trainable)}"
+            + (f", {recipe.train.keep_last} step copies" if recipe.train.keep_last else "") + "); "
+            + (f"train.save=final keeps ~{mib(final)}" if recipe.train.save == "all" else f"keeps ~{mib(final)}"))

@@ -182,6 +182,9 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
     resume = start is Start.RESUME
     last = rundir.find_checkpoint(run_dir, "last") if resume else None
+    if last is not None and not (last / rundir.OPTIMIZER_FILE).is_file() and rundir.read_summary(run_dir) is not None:
+        raise RunDirError(f"{run_dir} has finished, and its optimizer state was removed (train.save=final): there is "
+                          f"nothing to resume; to train on, start a new run from {last} (model.name_or_path={last})")
     if resume and last is None and rundir.saved_before(run_dir) is not None:
         # Starting over would replace a trained run (its best/, metrics and summary): only a run that
         # never completed a save starts over.
