@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
+from .names import PROBE_NAMES
 from .optim import RecAdam, distance_to_anchor
 
 __all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
-DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
+DEFAULT_PROBES = PROBE_NAMES
 
 
 def recadam_for(

@@ -99,6 +99,8 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("adam_coupled", "Adam coupled", "adam_coupled", report_order=2, anchored=True, mode="coupled"),
 )}
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
+# optimizer.anneal_fun: lambda(t)'s shapes (optim/anneal.py computes each; a test holds the two equal).
+ANNEAL_FUNCTION_NAMES = ("sigmoid", "linear", "constant")
 
 
 def is_vanilla(name: object) -> bool:

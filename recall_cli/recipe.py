@@ -19,7 +19,7 @@ import yaml
 
 from .errors import RecipeError
 from .methods import check_methods
-from .names import GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
+from .names import ANNEAL_FUNCTION_NAMES, GLUE_TASK_NAMES, OPTIMIZER_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     eps: float = 1e-8  # the released script's adam_epsilon
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    anneal_fun: Literal["sigmoid", "linear", "constant"] = "sigmoid"
+    anneal_fun: Literal[ANNEAL_FUNCTION_NAMES] = "sigmoid"
     anneal_k: float = 0.5
     anneal_t0: float = 250  # optimizer steps (>= 1), or a fraction of the run's steps when < 1
     anneal_w: float = 1.0
@@ -127,7 +127,7 @@ class ProbeConfig:
     Sized so that the quick start spends under 5% of its time here (benchmarks/probe_cost.py)."""
 
     enabled: bool = True
-    probes: list[str] = field(default_factory=lambda: ["cka", "drift", "sts", "mlm"])
+    probes: list[str] = field(default_factory=lambda: list(PROBE_NAMES))
     texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
     num_texts: int | None = 128  # first N probe sentences; null = all

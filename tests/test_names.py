@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import typing
 import sys
 
 import numpy as np
@@ -87,3 +88,11 @@ def test_every_probe_measure_is_a_report_metric(tmp_path):
         [row] = json.loads(result.stdout)
         assert row["metric"] == measure and row["n"] == 1, (measure, row)
         assert abs(row["median"] - probe[measure]) < 1e-9, (measure, row)
+
+
+def test_the_recipes_anneal_functions_are_the_optimizers():
+    from recall_cli.optim import ANNEAL_FUNCTIONS
+    from recall_cli.recipe import OptimizerConfig
+
+    assert tuple(ANNEAL_FUNCTIONS) == names.ANNEAL_FUNCTION_NAMES
+    assert typing.get_args(typing.get_type_hints(OptimizerConfig)["anneal_fun"]) == names.ANNEAL_FUNCTION_NAMES

@@ -128,8 +128,6 @@ def _rank() -> int:
 
 
 RESUME_HINT = "continue with `recall finetune --resume OUTPUT_DIR`"
-# What the commands that stage their output (merge, evaluate --record) say when stopped: nothing is there.
-RERUN_HINT = "nothing was written; run the same command again"
 
 
 @contextmanager

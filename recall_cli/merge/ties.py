@@ -75,11 +75,6 @@ def _disjoint_mean(trimmed: Tensor) -> Tensor:
     return (trimmed * agree).sum(dim=0) / count
 
 
-def ties_merge(vectors: Tensor, density: float) -> Tensor:
-    """The merged task vector of the rows of ``vectors`` (N x D), all in memory."""
-    return _disjoint_mean(trim(vectors, density))
-
-
 def check_density(value: float) -> float:
     density = finite("--density", value, "the kept fraction of each task vector, in (0, 1]")
     if not 0 < density <= 1:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
-ANNEAL_FUNCTIONS = ("sigmoid", "linear", "constant")
+from ..names import ANNEAL_FUNCTION_NAMES
+
+ANNEAL_FUNCTIONS = ANNEAL_FUNCTION_NAMES  # the table in names.py, under optim's public name
 
 
 def _sigmoid(x: float) -> float:

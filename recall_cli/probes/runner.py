@@ -31,7 +31,6 @@ from . import measures
 from ..errors import ProbeError
 from .sets import PairSet, load_pairs, load_texts
 
-PROBES = names.PROBE_NAMES  # names.PROBES says what each one reads and the measures it writes
 MASK_RATE = 0.15
 MASK_SEED = 0
 
@@ -45,9 +44,9 @@ class ProbeInputs:
 
 def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | None, num_texts: int | None,
                 num_pairs: int | None) -> ProbeInputs:
-    unknown = [p for p in probes if p not in PROBES]
+    unknown = [p for p in probes if p not in names.PROBE_NAMES]
     if unknown:
-        raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(PROBES)}")
+        raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(names.PROBE_NAMES)}")
     check_size("--num-texts", num_texts, 4, optional=True)
     check_size("--num-pairs", num_pairs, 3, optional=True)
     reads = {names.PROBES[p].reads for p in probes}
@@ -169,7 +168,7 @@ class Prober:
     def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, reference: torch.nn.Module,
                  device: torch.device, *, max_length: int = 64, batch_size: int = 64,
                  mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None):
-        self.probes = [p for p in PROBES if p in probes]
+        self.probes = [p for p in names.PROBE_NAMES if p in probes]
         self.notes = list(inputs.notes)
         self.device = device
         self.texts = _Batches(tokenizer, inputs.texts, max_length, batch_size) if inputs.texts else None
