@@ -269,12 +269,14 @@ def _masked_batches(texts: _Batches, tokenizer) -> list[tuple[Tensor, Tensor, Te
 
 
 def prober_for_run(recipe, model: torch.nn.Module, anchors: dict[str, Tensor], tokenizer,
-                   device: torch.device) -> Prober:
+                   device: torch.device, training_texts: list[str] | None = None) -> Prober:
     """The training loop's prober: θ* is ``model`` with the run's anchors loaded for the moment of
-    computing θ*'s side (so it works under RI, and on resume from the saved anchors)."""
+    computing θ*'s side (so it works under RI, and on resume from the saved anchors).
+    ``training_texts``: the task's training sentences as the run loaded them (read again when not given)."""
     cfg = recipe.probe
     inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs)
-    training_texts = task_sentences(recipe.task)
+    if training_texts is None:
+        training_texts = task_sentences(recipe.task)
     if training_texts:
         from .sets import overlap
 

@@ -46,6 +46,7 @@ class TaskData:
     train: data.Features
     dev: dict[str, data.Features]
     holdout: data.Features | None = None  # task.holdout's rows, taken out of train
+    sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
 
     @property
     def chooses_on(self) -> dict[str, data.Features]:
@@ -57,15 +58,16 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     cfg = recipe.task
     spec = data.task_spec(cfg)
 
-    def features(split: str, limit: int | None) -> data.Features:
-        return data.tokenize(data.load_split(cfg, split, limit), tokenizer, cfg.max_seq_length)
+    def features(examples: data.Examples) -> data.Features:
+        return data.tokenize(examples, tokenizer, cfg.max_seq_length)
 
-    train = features("train", cfg.max_train_examples)
-    dev = {split: features(split, cfg.max_eval_examples) for split in spec.dev_splits}
+    examples = data.load_split(cfg, "train", cfg.max_train_examples)
+    train, sentences = features(examples), [text for row in examples.texts for text in row]
+    dev = {split: features(data.load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
-        return TaskData(spec, train, dev)
+        return TaskData(spec, train, dev, sentences=sentences)
     kept, held = data.holdout_split(train.labels, cfg.holdout, regression=spec.num_labels == 1)
-    return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held))
+    return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held), sentences=sentences)
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -315,7 +317,8 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
 
     # Rank 0 alone probes (on `model`, outside DDP: no collective); the others wait at the next one.
     # Built before the run directory is touched: a probe file it cannot read leaves nothing behind.
-    prober = prober_for_run(recipe, model, functional, p.tokenizer, device) if recipe.probe.enabled and ctx.is_main else None
+    prober = (prober_for_run(recipe, model, functional, p.tokenizer, device, training_texts=p.task.sentences)
+              if recipe.probe.enabled and ctx.is_main else None)
     for note in prober.notes if prober else ():
         reporter.warn(note)
     terms, method_info = _build_terms(p, model, functional, pad_id, reporter)
