@@ -141,14 +141,12 @@ def forgetting(
             by_run = {r["run"]: r for r in probe_rows}
             for row in rows:
                 if row["run"] in by_run:
-                    row["probe"] = {k: v for k, v in by_run[row["run"]].items() if k not in ("run", "name", "label", "seed")}
+                    row["probe"] = {k: v for k, v in by_run[row["run"]].items() if k not in ("run", "name", "label", "setting", "seed")}
             typer.echo(dumps_json(rows))
         else:
-            from .console import print_table
-
-            print_table(report.forgetting_table(rows))
+            show_table(report.forgetting_plain(rows), lambda: report.forgetting_table(rows))
             if probe_rows:
-                print_table(probe_tables.probe_rows_table(probe_rows))
+                show_table(probe_tables.probe_rows_plain(probe_rows), lambda: probe_tables.probe_rows_table(probe_rows))
         typer.echo(f"figure: {out}", err=as_json)
         if probes_out is not None:
             typer.echo(f"figure: {probes_out}", err=as_json)
@@ -168,28 +166,70 @@ def compare(
     at: Annotated[str, typer.Option(help="Which eval of each run: final (the end of training) or best (the best dev score).")] = "final",
     where: Annotated[Optional[list[str]], typer.Option(help="Keep only runs with KEY=VALUE (repeatable), e.g. model.init=pretrained.")] = None,
     stats: Annotated[Optional[str], typer.Option(help="Rows per group, comma-separated: median, min, max, mean (default: median,max,mean; median,max with --table).")] = None,
+    against: Annotated[Optional[str], typer.Option(metavar="SETTING", help="Reference setting, by its name or label (e.g. vanilla): per setting and task, the paired bootstrap interval of its difference from SETTING over the seeds both ran, for --metric and for the kept skill (sts_retained); rows Δ and CI in the table, 'against' in JSON.", show_default=False)] = None,
+    ci: Annotated[float, typer.Option(help="Level of --against's intervals, in (0, 1).")] = 0.95,
+    labels: Annotated[Optional[str], typer.Option(help="How rows name a setting: names (the legends' words: 'WiSE-FT α=0.75') or keys (the grouping keys: 'vanilla fine-tuning, merge=linear, ...'). Default: names in the table, keys in markdown; json and csv carry both (name, group).", show_default=False)] = None,
 ) -> None:
-    """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages."""
+    """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages.
+
+    The table is one format on a terminal and in a pipe: up to 100 columns wide (the terminal's width, else
+    COLUMNS, else 80) it is plain text fitted to the width (the task averages are left out first, then
+    names cut with …); wider, the markdown table when it fits. --format says otherwise."""
 
     def go() -> None:
         from .. import report
+        from ..report.comparison import add_against
+        from ..report.intervals import check_level
 
         if fmt not in report.FORMATS:
             raise report.ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
+        if labels is not None and labels not in LABEL_CHOICES:
+            raise report.ReportError(f"unknown --labels {labels!r}: choose names (the legends' words for a setting) "
+                                     "or keys (the grouping keys spelled out)")
+        check_level(ci)
+        if ci != 0.95 and against is None:
+            raise report.ReportError("--ci sets the level of --against's intervals: give --against SETTING too")
         runs = report.load_runs(run_dir, warn=_warn)
         runs = report.filter_runs(runs, list(where or []))
         chosen = [item.strip() for item in stats.split(",") if item.strip()] if stats else None
         result = report.compare(runs, by=list(by or []), metric=metric, preset=table, at=at, stats=chosen)
+        if against is not None:
+            add_against(result, runs, against, ci)
         if fmt != "table":
-            typer.echo(report.render(result, fmt), nl=False)
+            typer.echo(report.render(result, fmt, labels or "keys"), nl=False)
             return
-        from .console import print_table
+        from ..report.tables import plain_table
 
-        print_table(report.rich_table(result))
-        for line in report.notes(result):
+        show_table(plain_table(result, labels or "names"), lambda: report.rich_table(result, labels or "names"))
+        for line in report.notes(result, labels or "names"):
             typer.echo(line)
 
     _guarded(go)
+
+
+LABEL_CHOICES = ("names", "keys")
+
+
+def show_table(plain, rich_table, console=None) -> None:
+    """compare, forgetting, probe: one format on a terminal and in a pipe, chosen by the width alone (the
+    terminal's; else COLUMNS; else 80). At 100 columns or fewer, the plain table fitted to the width
+    (report/text.py: columns left out and names cut, said under it; bold on a terminal only, no markup).
+    Wider, the markdown pipe table with every column and name in full (bold as **) when it fits the
+    width, else the fitted table. ``rich_table`` builds the full table (called only when wide)."""
+    from rich.console import Console
+
+    from ..report.text import FIT_WIDTH, lines
+    from .console import table_text
+
+    console = console or Console(highlight=False)  # made now: COLUMNS as it is now
+    width = console.width
+    if width > FIT_WIDTH:
+        text = table_text(rich_table())
+        if max(len(line) for line in text.splitlines()) <= width:
+            console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+            return
+    for line in lines(plain, width):
+        console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def _warn(message: str) -> None:

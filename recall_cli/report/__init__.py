@@ -38,7 +38,7 @@ from .comparison import (
     dev_label_shares,
     group_label,
 )
-from .curves import CurveGroup, forgetting_groups, forgetting_rows, forgetting_table
+from .curves import CurveGroup, forgetting_groups, forgetting_plain, forgetting_rows, forgetting_table
 from .runs import (
     LABEL_NAMES,
     NOT_SETTINGS,
@@ -70,6 +70,6 @@ __all__ = [
     "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RECADAM_ONLY_KEYS", "RUN_MEASURES",
     "SHORT_KEYS", "SMALL_TASK_LIMIT", "STATS", "TASK_TITLES", "Cell", "Comparison", "CurveGroup", "Group",
     "ReportError", "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",
-    "forgetting_groups", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",
+    "forgetting_groups", "forgetting_plain", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",
     "read_run", "render", "resolve_key", "rich_table", "title", "to_csv", "to_records",
 ]

@@ -220,6 +220,8 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
         if key in ("optimizer.name", "model.init") or value is None:
             continue
         parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
+    if not parts and settings:  # every key unset: say which (beside a row that sets one)
+        parts = [f"{LABEL_NAMES.get(key, key)} unset" for key in settings]
     return ", ".join(parts) or "all runs"
 
 
@@ -245,18 +247,18 @@ def name_groups(groups: list[Group]) -> None:
 
 
 def find_reference(groups: list[Group], text: str) -> Group:
-    """--against SETTING: the group whose name or label is SETTING (case and spaces aside), else the one
-    whose name or label starts with it, else the one that contains it; ReportError when none or several."""
-    from ..errors import ReportError
-
+    """--against SETTING: the group whose name (then label) is SETTING, case and spaces aside; else the one
+    whose name (then label) starts with it; else the one whose name (then label) contains it. The first of
+    these that matches one group decides; several at once: ReportError naming them, as none."""
     def norm(value: str) -> str:
         return " ".join(value.lower().replace("α=", "α ").replace("τ=", "τ ").split())
 
     wanted = norm(text)
     if not wanted:
         raise ReportError("--against: give a setting's name, e.g. --against vanilla")
-    for test in (lambda v: v == wanted, lambda v: v.startswith(wanted), lambda v: wanted in v):
-        found = [g for g in groups if test(norm(g.name)) or test(norm(g.label))]
+    tests = (lambda v: v == wanted, lambda v: v.startswith(wanted), lambda v: wanted in v)
+    for test, field_ in ((t, f) for t in tests for f in ("name", "label")):
+        found = [g for g in groups if test(norm(getattr(g, field_)))]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
@@ -308,15 +310,23 @@ def add_against(result: Comparison, runs: list[Run], setting: str, level: float 
                 continue
             for metric in metrics:
                 intervals[(group.label, task, metric)] = paired_interval(per_seed(cell, metric), per_seed(ref_cell, metric), level)
-    # The seeds each interval is paired over: one line where every cell shares them, else one line per set.
+    # The seeds each interval is paired over: one line for the seeds most cells share, one per other set
+    # naming its settings (with the task where a setting's tasks differ).
     name_of = {g.label: g.name for g in result.groups}
-    shared: dict[tuple, list[str]] = {}
+    shared: dict[tuple, dict[str, list[str]]] = {}
     for (label, task, metric), interval in intervals.items():
         if interval.low is not None and metric == result.metric:
-            shared.setdefault(interval.seeds, []).append(f"{name_of[label]} / {TASK_TITLES.get(task, task)}")
-    for seeds, cells in sorted(shared.items(), key=lambda item: -len(item[1])):
-        where = "every interval" if len(shared) == 1 else ", ".join(cells)
+            shared.setdefault(interval.seeds, {}).setdefault(label, []).append(task)
+    ordered = sorted(shared.items(), key=lambda item: -sum(len(t) for t in item[1].values()))
+    tasks_of = {g.label: len(g.cells) for g in result.groups}
+    for seeds, cells in ordered[1:]:
+        where = ", ".join(name_of[label] if len(tasks) == tasks_of[label]
+                          else ", ".join(f"{name_of[label]} / {TASK_TITLES.get(t, t)}" for t in tasks)
+                          for label, tasks in cells.items())
         notes.append(f"{where}: paired over seeds {seeds_text(seeds)} (n={len(seeds)})")
+    if ordered:
+        where = "every interval" if len(ordered) == 1 else "the other intervals"
+        notes.append(f"{where}: paired over seeds {seeds_text(ordered[0][0])} (n={len(ordered[0][0])})")
     notes += missing
     for (label, task, metric), interval in intervals.items():
         if interval.low is None:

@@ -72,9 +72,29 @@ def forgetting_groups(runs: list[Run], label: str | None = None) -> list[CurveGr
     return groups
 
 
+def group_names(groups: list[CurveGroup]) -> list[str]:
+    """What the figures' legends call each group (families.describe; plots.legend_entries): "WiSE-FT
+    α=0.75", the task first where there are several; the label where the group names no key."""
+    from .families import describe
+
+    tasks = {run.task for g in groups for run in g.runs}
+    described = describe([(g.shown if g.shown is not None else g.settings, g.runs[0].settings) for g in groups])
+    names = []
+    for group, d in zip(groups, described):
+        name = d.name
+        if not (group.shown if group.shown is not None else group.settings) or not name:
+            name = group.label
+        elif len(tasks) > 1:
+            name = f"{TASK_TITLES.get(group.runs[0].task, group.runs[0].task)}: {name}"
+        names.append(name)
+    return names
+
+
 def forgetting_rows(runs: list[Run], groups: list[CurveGroup]) -> list[dict[str, Any]]:
-    """Per run: final distance, minimum distance and its step, final train loss, final main dev metric."""
+    """Per run: final distance, minimum distance and its step, final train loss, final main dev metric;
+    ``label`` (the grouping keys) and ``setting`` (the figures' name) of its group."""
     label_of = {id(run): g.label for g in groups for run in g.runs}
+    name_of = {id(run): name for g, name in zip(groups, group_names(groups)) for run in g.runs}
     rows = []
     for group in groups:
         for run in group.runs:
@@ -88,6 +108,7 @@ def forgetting_rows(runs: list[Run], groups: list[CurveGroup]) -> list[dict[str,
                 "run": str(run.path),
                 "name": run.name,
                 "label": label_of[id(run)],
+                "setting": name_of[id(run)],
                 "seed": run.settings.get("train.seed"),
                 "steps": train[-1]["step"] if train else 0,
                 "finished": run.finished,
@@ -116,3 +137,21 @@ def forgetting_table(rows: list[dict[str, Any]]):
                       num(r["final_distance"]), num(r["min_distance"]), num(r["min_distance_step"], "d"),
                       num(r["final_loss"]), num(r["main"], ".4f"))
     return table
+
+
+def forgetting_plain(rows: list[dict[str, Any]]):
+    """The per-run table fitted to a terminal or a pipe (text.py): the setting's name as the figures
+    say it; the minimum distance's step, the minimum, the loss and the seed are left out first."""
+    from .text import Column, PlainTable
+
+    def num(value: Any, digits: str = ".4g") -> str:
+        return "–" if value is None else format(value, digits)
+
+    columns = [Column("run", soft=20, least=10, cut="start"), Column("setting", soft=24, least=12),
+               Column("seed", right=True, drop=3), Column("dist end", right=True),
+               Column("dist min", right=True, drop=5), Column("at step", right=True, drop=6),
+               Column("loss end", right=True, drop=4), Column("dev main", right=True)]
+    table = [[r["name"] + ("" if r["finished"] else " (unfinished)"), r["setting"], str(r["seed"]),
+              num(r["final_distance"]), num(r["min_distance"]), num(r["min_distance_step"], "d"),
+              num(r["final_loss"]), num(r["main"], ".4f")] for r in rows]
+    return PlainTable("forgetting: distance ||theta - theta*|| per run", columns, table)

@@ -50,13 +50,16 @@ def final_layers(group: CurveGroup, field: str = "cka_layers") -> np.ndarray:
 
 def probe_rows(groups: list[CurveGroup]) -> list[dict[str, Any]]:
     """Per run with probe records: its first and last probe's measures."""
+    from .curves import group_names
+
     rows = []
-    for group in groups:
+    for group, setting in zip(groups, group_names(groups)):
         for run in group.runs:
             if not run.probes:
                 continue
             first, last = run.probes[0], run.probes[-1]
-            row = {"run": str(run.path), "name": run.name, "label": group.label, "seed": run.settings.get("train.seed"),
+            row = {"run": str(run.path), "name": run.name, "label": group.label, "setting": setting,
+                   "seed": run.settings.get("train.seed"),
                    "first_step": first["step"], "last_step": last["step"]}
             for name in ("sts", "sts_retained", "mlm_ratio", "cka", "cka_debiased", "drift"):
                 row[name] = last.get(name)
@@ -92,6 +95,37 @@ def probe_rows_table(rows: list[dict[str, Any]]):
 
 def _bold(value: Any) -> str:
     return f"[bold]{_num(value)}[/bold]" if _finite(value) else "–"
+
+
+def probe_rows_plain(rows: list[dict[str, Any]]):
+    """probe_rows_table fitted to a terminal or a pipe (text.py): kept skill bold on a terminal only."""
+    from .text import Column, PlainTable
+
+    columns = [Column("run", soft=20, least=10, cut="start"), Column("setting", soft=24, least=12),
+               Column("step", right=True, drop=4), Column("STS", right=True, drop=3), Column("kept", right=True),
+               Column("MLM", right=True, drop=5), Column("CKA", right=True), Column("CKA-d", right=True, drop=6),
+               Column("drift", right=True, drop=2)]
+    table = [[r["name"], r["setting"], str(r["last_step"]), _num(r["sts"]), _num(r["sts_retained"]), _num(r["mlm_ratio"]),
+              _num(r["cka"]), _num(r["cka_debiased"]), _num(r["drift"])] for r in rows]
+    return PlainTable("probes vs theta* at the last probed step (kept = STS rho ratio, MLM = loss ratio)", columns,
+                      table, {(i, 4) for i in range(len(rows))})
+
+
+def probe_plain(rows: list[dict[str, Any]]):
+    """`recall probe`'s table fitted to a terminal or a pipe: targets cut from the start (their last
+    folders stay), θ*'s column, CKA-d, the MLM loss and drift left out first; retained values bold on
+    a terminal only."""
+    from .text import Column, PlainTable
+
+    columns = [Column("target", soft=28, least=12, cut="start"), Column("theta*", soft=16, least=8, cut="start", drop=6),
+               Column("STS", right=True, drop=3), Column("kept", right=True), Column("CKA", right=True),
+               Column("CKA-d", right=True, drop=5), Column("drift", right=True, drop=2), Column("MLM", right=True, drop=4),
+               Column("ratio", right=True)]
+    table = [[r["target"], r["reference"], _num(r.get("sts")), _num(r.get("sts_retained")), _num(r.get("cka")),
+              _num(r.get("cka_debiased")), _num(r.get("drift"), ".4f"), _num(r.get("mlm_loss")), _num(r.get("mlm_ratio"))]
+             for r in rows]
+    return PlainTable("probes against theta* (retained values in bold on a terminal; CKA-d: debiased)", columns, table,
+                      {(i, c) for i in range(len(rows)) for c in (3, 4, 8)})
 
 
 def probe_table(rows: list[dict[str, Any]]):

@@ -1,6 +1,6 @@
 """Reading run directories back: find them, read each run's recipe, metrics and summary, pick runs.
 
-A run directory holds config.yaml, metrics.jsonl and summary.json (README: the run directory). A
+A run directory holds config.yaml, metrics.jsonl and summary.json (docs/run-directory.md). A
 ``Run`` is one of them read back, its recipe flattened to dotted keys; ``read_run`` is the one place
 that reads a run, ``load_runs`` finds every run under a folder. ``differing_keys`` names the settings
 that take two or more values among runs of one task: what comparison.py groups by.

@@ -18,8 +18,13 @@ RAW_MEASURES = ("distance", "train_seconds", *(m for p in PROBES.values() for m 
 LOWER_IS_BETTER = ("distance", "train_seconds", *(m for p in PROBES.values() for m in p.lower_is_better))
 
 
+LABELS = ("names", "keys")
+
+
 def to_records(result: Comparison) -> list[dict[str, Any]]:
-    """One object per (group, task): what --format json prints and scripts rely on."""
+    """One object per (group, task): what --format json prints and scripts rely on. ``group`` spells the
+    grouping keys (stable: scripts match it); ``name`` is what the tables and figures call the setting;
+    ``seeds`` the train.seed of each value; with --against, ``against`` (against_record)."""
     out = []
     for group in result.groups:
         for task in result.tasks:
@@ -29,6 +34,7 @@ def to_records(result: Comparison) -> list[dict[str, Any]]:
             out.append({
                 **group.settings,
                 "group": group.label,
+                "name": group.name,
                 "task": task,
                 "metric": result.metric,
                 "at": result.at,
@@ -39,10 +45,67 @@ def to_records(result: Comparison) -> list[dict[str, Any]]:
                 "std": cell.stat("std"),
                 "min": cell.stat("min"),
                 "runs": cell.runs,
+                "seeds": cell.seeds,
                 "flagged": cell.flagged,
                 **({"selected": cell.selected, "candidates": cell.candidates} if cell.selected is not None else {}),
+                **({"against": against_record(result, group, task)} if result.against is not None else {}),
             })
     return out
+
+
+def against_record(result: Comparison, group: Group, task: str) -> dict[str, Any]:
+    """--against in JSON: the reference, the method, and per metric the interval (intervals.Interval)."""
+    from .intervals import BOOTSTRAP_SEED, METHOD, RESAMPLES
+
+    against = result.against
+    ref = against.reference
+    out: dict[str, Any] = {"name": ref.name, "group": ref.label, "level": against.level, "resamples": RESAMPLES,
+                           "bootstrap_seed": BOOTSTRAP_SEED, "method": METHOD}
+    if group is ref:
+        return {**out, "reference": True}
+    for metric in against.metrics:
+        interval = against.intervals.get((group.label, task, metric))
+        out[metric] = interval.to_dict() if interval is not None else {
+            "n": 0, "seeds": [], "difference": None, "low": None, "high": None,
+            "note": f"{ref.name} has no runs on this task"}
+    return out
+
+
+def _diff(value: float | None, metric: str) -> str:
+    if value is None:
+        return "n/a"
+    if metric in RAW_MEASURES:
+        return f"{value:+.3g}"
+    return f"{100 * value:+.1f}"
+
+
+MEASURE_WORDS = {"sts_retained": "kept"}  # the stat column's short name for a Δ row
+
+
+def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any]]) -> list[list[tuple[str, bool]]]:
+    """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it."""
+    against = result.against
+    if against is None or group is against.reference:
+        return []
+    rows = []
+    for metric in against.metrics:
+        shown = MEASURE_WORDS.get(metric, metric)
+        diff: list[tuple[str, bool]] = [("", False), (f"Δ {shown}", False)]
+        band: list[tuple[str, bool]] = [("", False), (f"{100 * against.level:g}% CI", False)]
+        for _, column in columns:
+            interval = against.intervals.get((group.label, column, metric)) if isinstance(column, str) else None
+            if not isinstance(column, str) or column not in group.cells:
+                diff.append(("", False))
+                band.append(("", False))
+            elif interval is None or interval.difference is None:
+                diff.append(("n/a", False))
+                band.append(("n/a", False))
+            else:
+                diff.append((_diff(interval.difference, metric), False))
+                band.append(("n/a" if interval.low is None else
+                             f"[{_diff(interval.low, metric)}, {_diff(interval.high, metric)}]", False))
+        rows += [diff, band]
+    return rows
 
 
 def _pct(value: float | None, metric: str = "main") -> str:
@@ -81,8 +144,9 @@ def _columns(result: Comparison) -> list[tuple[str, Any]]:
     return cols
 
 
-def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
-    """Header and rows of the wide table; each cell is (text, is the best of its column for that stat)."""
+def _rows(result: Comparison, labels: str = "keys") -> tuple[list[str], list[list[tuple[str, bool]]]]:
+    """Header and rows of the wide table; each cell is (text, is the best of its column for that stat).
+    ``labels``: "keys" names each row by its grouping keys (group.label), "names" as the figures do."""
     columns = _columns(result)
     stats = list(result.stats)
     ns = {cell.n for g in result.groups for cell in g.cells.values()}
@@ -98,12 +162,22 @@ def _rows(result: Comparison) -> tuple[list[str], list[list[tuple[str, bool]]]]:
     rows = []
     for group in result.groups:
         for j, stat in enumerate(stats):
-            row = [(group.label if j == 0 else "", False), (stat if stat != "mean" else "mean ± std", False)]
+            row = [(_label(group, labels) if j == 0 else "", False), (stat if stat != "mean" else "mean ± std", False)]
             for i, (_, column) in enumerate(columns):
                 text, value = _cell_text(result, group, stat, column)
                 row.append((text, value is not None and best.get((stat, i)) == value))
             rows.append(row)
+        rows += _against_rows(result, group, columns)
+    if result.against is not None and header[1] == "":
+        header[1] = "stat"
     return header, rows
+
+
+def _label(group: Group, labels: str) -> str:
+    if labels not in LABELS:
+        raise ReportError(f"unknown --labels {labels!r}: choose names (as the figures call a setting) or keys "
+                          "(the grouping keys spelled out)")
+    return group.name if labels == "names" else group.label
 
 
 def title(result: Comparison) -> str:
@@ -115,26 +189,42 @@ def title(result: Comparison) -> str:
     return f"{kind} {result.metric}{scale} ({result.at} eval{lower}), over seeds: {seeds}"
 
 
-def notes(result: Comparison) -> list[str]:
+def notes(result: Comparison, labels: str = "keys") -> list[str]:
     lines = []
     for group in result.groups:
+        label = _label(group, labels)
         for cell in group.cells.values():
             if cell.selected and cell.candidates > 1:
                 chosen = ", ".join(f"{k}={_fmt_setting(v)}" for k, v in cell.selected.items())
-                lines.append(f"{group.label} / {TASK_TITLES.get(cell.task, cell.task)}: {chosen} "
+                lines.append(f"{label} / {TASK_TITLES.get(cell.task, cell.task)}: {chosen} "
                              f"(best median on dev of {cell.candidates} settings)")
             for item in cell.flagged:
-                lines.append(f"* {group.label} / {cell.task}: {item['run']}: {item['reason']}")
+                lines.append(f"* {label} / {cell.task}: {item['run']}: {item['reason']}")
     for title_, tasks in result.averages:
         lines.append(f"{title_}: mean over {', '.join(TASK_TITLES.get(t, t) for t in tasks)}")
+    if result.against is not None:
+        lines += against_notes(result)
     return lines
 
 
-def rich_table(result: Comparison):
+def against_notes(result: Comparison) -> list[str]:
+    """What the Δ and CI rows are, over which seeds, and which cells have none."""
+    from .intervals import BOOTSTRAP_SEED, RESAMPLES
+
+    against = result.against
+    scale = "" if result.metric in RAW_MEASURES else " (x100: points)"
+    kept = " and of the kept skill (sts_retained x100)" if len(against.metrics) > 1 else ""
+    return [f"Δ: each setting minus {against.reference.name}, per task: the mean over the seeds both ran of the "
+            f"per-seed difference of {result.metric}{scale}{kept}; {100 * against.level:g}% CI: paired bootstrap "
+            f"percentile interval, {RESAMPLES:,} resamples of those seeds (numpy default_rng({BOOTSTRAP_SEED}))",
+            *against.notes]
+
+
+def rich_table(result: Comparison, labels: str = "names"):
     from rich.markup import escape
     from rich.table import Table
 
-    header, rows = _rows(result)
+    header, rows = _rows(result, labels)
     table = Table(title=title(result))
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i < 2 else "right")
@@ -143,37 +233,66 @@ def rich_table(result: Comparison):
     return table
 
 
-def markdown(result: Comparison) -> str:
-    header, rows = _rows(result)
+def plain_table(result: Comparison, labels: str = "names"):
+    """The table fitted to a terminal or a pipe (text.py): the averages over tasks are left out first,
+    then the names are cut; the tasks' columns always stay."""
+    from .text import Column, PlainTable
+
+    header, rows = _rows(result, labels)
+    columns = [Column(header[0] or "setting", soft=28, least=12), Column(header[1])]
+    for title_ in header[2:]:
+        drop = {"Avg <10k": 3, "Avg >10k": 3, "Avg": 2}.get(title_, 0) if title_ not in TASK_TITLES.values() else 0
+        columns.append(Column(title_, right=True, drop=drop))
+    bold = {(r, c) for r, row in enumerate(rows) for c, (_, best) in enumerate(row) if best}
+    return PlainTable(title(result), columns, [[text for text, _ in row] for row in rows], bold)
+
+
+def markdown(result: Comparison, labels: str = "keys") -> str:
+    header, rows = _rows(result, labels)
     lines = [f"| {' | '.join(header)} |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(f"**{t}**" if best and t else t for t, best in row) + " |")
     lines.append("")
     lines.append(f"{title(result)}; best per column in bold.")
-    lines += [f"{line}  " if not line.startswith("*") else f"\\{line}  " for line in notes(result)]
+    lines += [f"{line}  " if not line.startswith("*") else f"\\{line}  " for line in notes(result, labels)]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(result: Comparison) -> str:
+    """One row per (group, task), as JSON; with --against, per metric M the columns M_diff, M_low, M_high,
+    M_n and M_seeds (seeds joined by ;)."""
     buffer = io.StringIO()
     records = to_records(result)
-    keys = result.keys + ["group", "task", "metric", "at", "n", "median", "max", "mean", "std", "min", "runs", "flagged"]
-    writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
+    keys = result.keys + ["group", "name", "task", "metric", "at", "n", "median", "max", "mean", "std", "min", "runs",
+                          "seeds", "flagged"]
+    metrics = result.against.metrics if result.against is not None else []
+    keys += ["against"] + [f"{m}_{part}" for m in metrics for part in ("diff", "low", "high", "n", "seeds")] if metrics else []
+    writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for record in records:
         row = dict(record)
         row["runs"] = ";".join(record["runs"])
+        row["seeds"] = ";".join(str(s) for s in record["seeds"])
         row["flagged"] = ";".join(f"{f['run']}: {f['reason']}" for f in record["flagged"])
+        if metrics:
+            against = record["against"]
+            row["against"] = against["name"]
+            for m in metrics:
+                interval = against.get(m) or {}
+                row.update({f"{m}_diff": interval.get("difference"), f"{m}_low": interval.get("low"),
+                            f"{m}_high": interval.get("high"), f"{m}_n": interval.get("n"),
+                            f"{m}_seeds": ";".join(str(s) for s in interval.get("seeds", []))})
         writer.writerow(row)
     return buffer.getvalue()
 
 
-def render(result: Comparison, fmt: str) -> str:
-    """markdown, csv or json as text (the rich table is printed by the CLI)."""
+def render(result: Comparison, fmt: str, labels: str = "keys") -> str:
+    """markdown, csv or json as text (the table is printed by the CLI). ``labels`` names markdown's rows
+    (csv and json carry both: ``group``, the keys, and ``name``)."""
     if fmt == "json":
         return dumps_strict(to_records(result), indent=2) + "\n"
     if fmt == "csv":
         return to_csv(result)
     if fmt == "markdown":
-        return markdown(result)
+        return markdown(result, labels)
     raise ReportError(f"unknown --format {fmt!r}: choose {', '.join(FORMATS)}")
