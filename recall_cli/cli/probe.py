@@ -20,7 +20,7 @@ TRADEOFF_EXIT_CODES = (
     "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming "
     "it, and so is a run whose --x or --y is NaN or inf); 1 unexpected failure; 2 bad usage: no readable runs under "
     "the folders, none that records both --x and --y, an unknown --x or --y, a --within that is negative or not "
-    "finite (no figure is written); 4 the figure cannot be written (disk full, permission denied, read-only, a file "
+    "finite, --select-on holdout with a run that has no holdout score (no figure is written); 4 the figure cannot be written (disk full, permission denied, read-only, a file "
     "where its folder goes); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
 )
 
@@ -56,10 +56,10 @@ def probe(
         if as_json:
             typer.echo(dumps_json(rows))
             return
-        from .console import print_table
-        from ..report.probe_tables import probe_table
+        from ..report.probe_tables import probe_plain, probe_table
+        from .runs import show_table
 
-        print_table(probe_table(rows))
+        show_table(probe_plain(rows), lambda: probe_table(rows))
         for note in dict.fromkeys(n for r in rows for n in r["notes"]):
             typer.echo(f"note: {note}")
 
@@ -73,32 +73,44 @@ def tradeoff(
     y: Annotated[str, typer.Option(help="Retained skill on the y-axis: a probe measure (sts_retained, mlm_ratio, cka, cka_debiased, drift, sts).")] = "sts_retained",
     by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) that make a setting (default: every key that differs).")] = None,
     within: Annotated[Optional[float], typer.Option(help="Per task, name the setting that keeps the most skill (median --y) among those whose median --x is within W points (x100) of the best setting's, and mark it.", show_default=False)] = None,
+    select_on: Annotated[str, typer.Option("--select-on", help="What --within chooses on: dev (the median dev scores, as reported) or holdout (the median holdout scores of runs trained with task.holdout; dev is reported, with the pick's paired interval against vanilla and whether it is non-inferior at margin W).")] = "dev",
+    ci: Annotated[float, typer.Option(help="Level of the pick's interval against vanilla (--select-on holdout), in (0, 1).")] = 0.95,
     as_json: JsonOpt = False,
 ) -> None:
     """Task score against retained skill, one point per run (final eval and final probe), median per setting marked.
 
     Families of settings (RecAdam floors, WiSE-FT alpha, RECALL tau) are drawn as lines from the weakest to the
     strongest. --within W picks, per task, the setting that keeps the most skill at a cost of at most W
-    points of task score, says why, and marks it; with --json it prints one object per task."""
+    points of task score, says why, and marks it; with --json it prints one object per task. With
+    --select-on holdout it picks on the holdout scores and reports dev, with the pick's paired bootstrap
+    interval against vanilla fine-tuning and "non-inferior at margin W" only when the interval's lower end
+    is above -W."""
 
     def go() -> None:
         from .. import report
         from ..report.probe_plots import tradeoff_figure
         from ..report.probe_tables import tradeoff_points
-        from ..report.tradeoff import check_within, choice_line, choose_within
+        from ..report.intervals import check_level
+        from ..report.tradeoff import SELECT_ON, check_within, choice_line, choose_within, holdout_lines
 
         if within is not None:
             check_within(within)
+        if select_on not in SELECT_ON:
+            raise report.ReportError(f"unknown --select-on {select_on!r}: choose dev (the default) or holdout")
+        if select_on == "holdout" and within is None:
+            raise report.ReportError("--select-on holdout chooses with --within W: give the margin, e.g. --within 1.0")
+        check_level(ci)
         warn = lambda m: typer.echo(f"warning: {m}", err=True)
         runs = report.load_runs(run_dir, warn=warn)
         settings = tradeoff_points(runs, x, y, list(by or []), warn=warn)
-        choices = choose_within(runs, settings, x, y, within) if within is not None else None
+        choices = choose_within(runs, settings, x, y, within, select_on, ci) if within is not None else None
         tradeoff_figure(settings, x, y, out, runs=runs, choices=choices)
         if as_json:
             typer.echo(dumps_json(choices if choices is not None else settings))
         elif choices is not None:
             for choice in choices:
-                typer.echo(choice_line(choice, x, y))
+                for line in (holdout_lines(choice, x, y) if select_on == "holdout" else [choice_line(choice, x, y)]):
+                    typer.echo(line)
         else:
             for s in settings:
                 mx, my = s["median"]

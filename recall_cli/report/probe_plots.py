@@ -112,15 +112,17 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
                                               label="one class for every example (MCC 0, majority share)"))
         if task in chosen:
             c = chosen[task]
-            best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
-            low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
-            ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
-            ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
             unit = "point" if c["within"] == 1 else "points"
-            extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
+            if c.get("select_on") != "holdout":  # a band of dev scores; a holdout choice's band is not on this axis
+                best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
+                low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
+                ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
+                extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
+            ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
+            ring = ("chosen: keeps the most skill in the band" if c.get("select_on") != "holdout" else
+                    f"chosen on the holdout: the most skill within {c['within']:g} {unit} of the best holdout median")
             extra.setdefault("ring", Line2D([], [], marker="o", markersize=14, markerfacecolor="none",
-                                            markeredgecolor="black", markeredgewidth=1.8, linestyle="none",
-                                            label="chosen: keeps the most skill in the band"))
+                                            markeredgecolor="black", markeredgewidth=1.8, linestyle="none", label=ring))
         ax.set_title(TASK_TITLES.get(task, str(task)))
         ax.set_xlabel(axis_title(x, task))
         ax.set_ylabel(axis_title(y))

@@ -15,6 +15,18 @@ settings with families.describe; probe_plots.py marks the choice on the figure.
 the medians under the metrics' names (``main``, ``sts_retained``), ``n`` runs, ``within`` (W),
 ``best`` (the best setting's name, label, settings and median x) and ``candidates`` (every setting of
 the task with its medians, n and ``within``: true when it was in the band).
+
+`--select-on holdout` (issue 29) chooses on data the report does not score: best, within and the tie
+on x read each setting's median holdout score (x at its runs' last holdout evaluation, under
+task.holdout: summary.json's final.holdout), and what is reported is dev (final: the dev split scored
+once at the end). A run without a holdout score cannot be chosen this way (ReportError: one line, exit
+2). Each task's object then also has ``select_on`` ("holdout"), ``holdout`` ({x: the pick's holdout
+median}; ``best`` and every candidate carry theirs), ``against`` (vanilla fine-tuning's name and label,
+the level, resamples, bootstrap seed, method, ``margin`` W, and under x and y the pick's paired interval
+against it: n, seeds, difference, low, high; intervals.py) and ``non_inferior``: true when the x
+interval's lower end is above -W points (below +W for a lower-is-better x), false when not, null when
+there is no interval (the pick is vanilla, no or several vanilla settings, fewer than 2 shared seeds).
+Choosing on dev (the default) prints and returns what it did before.
 """
 
 from __future__ import annotations
@@ -25,7 +37,8 @@ from typing import Any
 from ..errors import ReportError
 from ..names import PROBES, TASKS
 from .comparison import TASK_TITLES, dev_label_shares
-from .families import describe
+from .families import RANK, describe
+from .intervals import LEVEL
 from .runs import Run, _finite
 from .tables import LOWER_IS_BETTER, RAW_MEASURES
 
@@ -53,31 +66,111 @@ def names_of(settings: list[dict[str, Any]], runs: list[Run] | None) -> list:
     return describe(pairs)
 
 
-def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: str, within: float) -> list[dict[str, Any]]:
-    """One object per task, in the figure's panel order: the chosen setting and every candidate."""
+SELECT_ON = ("dev", "holdout")
+
+
+def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: str, within: float,
+                  select_on: str = "dev", level: float = LEVEL) -> list[dict[str, Any]]:
+    """One object per task, in the figure's panel order: the chosen setting and every candidate.
+
+    ``select_on="holdout"`` chooses on the medians of each setting's holdout scores (x of the runs'
+    last holdout evaluation, task.holdout; every run must have one) and reports the dev medians (x),
+    adding per task ``select_on``, ``holdout`` ({x: the pick's holdout median}; the best's and each
+    candidate's too), ``against`` (the pick's paired intervals against vanilla on x and y, intervals.py)
+    and ``non_inferior`` (whether the x interval's worse end is within ``within`` points of 0)."""
     check_within(within)
+    if select_on not in SELECT_ON:
+        raise ReportError(f"unknown --select-on {select_on!r}: choose dev (today's choice) or holdout")
     _check_every_task_has(runs, settings, x, y)
+    holdout = holdout_medians(runs, settings, x) if select_on == "holdout" else None
     out = []
     for task in tasks_in_order(settings):
         members = [s for s in settings if s["task"] == task]
         described = names_of(members, runs)
         rows = []
+        vanilla = [s for s, d in zip(members, described) if d.rank[0] == RANK["vanilla"]]
         for s, d in sorted(zip(members, described), key=lambda pair: pair[1].rank):
             mx, my = s["median"]
             rows.append({"name": d.name, "label": s["label"], "settings": overrides(s["settings"]),
-                         x: mx, y: my, "n": len(s["points"])})
+                         x: mx, y: my, "n": len(s["points"]),
+                         **({"holdout": {x: holdout[id(s)]}} if holdout is not None else {})})
+        on = (lambda r: r["holdout"][x]) if holdout is not None else (lambda r: r[x])
         sign_x = -1.0 if x in LOWER_IS_BETTER else 1.0
         sign_y = -1.0 if y in LOWER_IS_BETTER else 1.0
-        best = max(rows, key=lambda r: sign_x * r[x])
+        best = max(rows, key=lambda r: sign_x * on(r))
         for r in rows:
-            r["within"] = sign_x * (best[x] - r[x]) * points(x) <= within + BOUNDARY
+            r["within"] = sign_x * (on(best) - on(r)) * points(x) <= within + BOUNDARY
         candidates = [r for r in rows if r["within"]]
-        chosen = max(candidates, key=lambda r: (sign_y * r[y], sign_x * r[x], -rows.index(r)))
-        out.append({"task": task, "name": chosen["name"], "label": chosen["label"], "settings": chosen["settings"],
-                    x: chosen[x], y: chosen[y], "n": chosen["n"], "within": within,
-                    "best": {"name": best["name"], "label": best["label"], "settings": best["settings"], x: best[x]},
-                    "candidates": rows})
+        chosen = max(candidates, key=lambda r: (sign_y * r[y], sign_x * on(r), -rows.index(r)))
+        entry = {"task": task, "name": chosen["name"], "label": chosen["label"], "settings": chosen["settings"],
+                 x: chosen[x], y: chosen[y], "n": chosen["n"], "within": within,
+                 "best": {"name": best["name"], "label": best["label"], "settings": best["settings"], x: best[x]},
+                 "candidates": rows}
+        if holdout is not None:
+            entry["best"]["holdout"] = best["holdout"]
+            pick = next(s for s in members if s["label"] == chosen["label"])
+            entry = {**entry, "select_on": "holdout", "holdout": chosen["holdout"],
+                     **against_vanilla(runs, pick, vanilla, x, y, within, level)}
+        out.append(entry)
     return out
+
+
+def holdout_medians(runs: list[Run], settings: list[dict[str, Any]], x: str) -> dict[int, float]:
+    """Per setting (by id), the median over its runs of x at their last holdout evaluation; ReportError
+    (one line, exit 2) naming the runs that have none."""
+    import numpy as np
+
+    by_path = {str(run.path): run for run in runs}
+    missing: list[Run] = []
+    out: dict[int, float] = {}
+    for s in settings:
+        values = []
+        for p in s["points"]:
+            run = by_path.get(p["run"])
+            record = run.holdout_final() if run is not None else None
+            if record is None or not _finite(record.get(x)):
+                missing.append(run)
+            else:
+                values.append(record[x])
+        if values:
+            out[id(s)] = float(np.median(values))
+    if missing:
+        total = sum(len(s["points"]) for s in settings)
+        records = any(r is not None and r.settings.get("record.merge") is not None for r in missing)
+        why = ("trained without task.holdout" + (", or scored records (recall evaluate --record and recall merge "
+                                                 "score the dev split only)" if records else ""))
+        raise ReportError(f"--select-on holdout: {len(missing)} of the {total} runs have no holdout {x} ({why}), "
+                          f"e.g. {missing[0].path if missing[0] is not None else '?'}: train them with task.holdout, "
+                          "leave them out of the folders, or choose on dev (--select-on dev)")
+    return out
+
+
+def against_vanilla(runs: list[Run], pick: dict[str, Any], vanilla: list[dict[str, Any]], x: str, y: str,
+                    within: float, level: float) -> dict[str, Any]:
+    """The pick's paired intervals against the task's vanilla setting over their shared seeds, on dev x
+    and on y, and whether x's is within the margin: {"against": ..., "non_inferior": bool or None}."""
+    from .intervals import BOOTSTRAP_SEED, METHOD, RESAMPLES, by_seed, paired_interval
+
+    seed_of = {str(run.path): run.seed for run in runs}
+
+    def per_seed(s: dict[str, Any], metric: str) -> dict[Any, float]:
+        return by_seed([seed_of.get(p["run"]) for p in s["points"]], [p[metric] for p in s["points"]])
+
+    if len(vanilla) != 1:
+        note = ("no vanilla fine-tuning among this task's settings" if not vanilla else
+                f"{len(vanilla)} vanilla fine-tuning settings (pass one with --by or fewer folders)")
+        return {"against": {"name": None, "note": note}, "non_inferior": None}
+    reference = vanilla[0]
+    head = {"name": "vanilla fine-tuning", "label": reference["label"], "level": level, "resamples": RESAMPLES,
+            "bootstrap_seed": BOOTSTRAP_SEED, "method": METHOD, "margin": within}
+    if reference is pick:
+        return {"against": {**head, "note": "the pick is vanilla fine-tuning itself"}, "non_inferior": None}
+    intervals = {m: paired_interval(per_seed(pick, m), per_seed(reference, m), level) for m in dict.fromkeys((x, y))}
+    ix = intervals[x]
+    verdict = None
+    if ix.low is not None:
+        verdict = (ix.high * points(x) < within if x in LOWER_IS_BETTER else ix.low * points(x) > -within)
+    return {"against": {**head, **{m: i.to_dict() for m, i in intervals.items()}}, "non_inferior": verdict}
 
 
 def overrides(settings: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +189,45 @@ def choice_line(choice: dict[str, Any], x: str, y: str) -> str:
             f"{y} {_shown(choice[y], y)} (medians of {choice['n']} runs): the {most} {y} of the {len(within)} of "
             f"{len(choice['candidates'])} settings whose {x} is within {choice['within']:g} {unit} of the best, "
             f"{_shown(best[x], x)} ({who})")
+
+
+def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
+    """--select-on holdout: why this setting (chosen on the holdout medians), then what it scores on dev
+    and its interval against vanilla, with the verdict at margin W."""
+    within = [c for c in choice["candidates"] if c["within"]]
+    best = choice["best"]
+    who = "itself" if best["label"] == choice["label"] else best["name"]
+    most = "lowest" if y in LOWER_IS_BETTER else "highest"
+    unit = "point" if choice["within"] == 1 else "points"
+    margin = f"{choice['within']:g}"
+    first = (f"{TASK_TITLES.get(choice['task'], choice['task'])}: {choice['name']} — chosen on the holdout: {x} "
+             f"{_shown(choice['holdout'][x], x)} (holdout median of {choice['n']} run{'s' if choice['n'] != 1 else ''}), "
+             f"{y} {_shown(choice[y], y)}: "
+             f"the {most} {y} of the {len(within)} of {len(choice['candidates'])} settings whose holdout {x} is within "
+             f"{margin} {unit} of the best, {_shown(best['holdout'][x], x)} ({who})")
+    against = choice["against"]
+    second = f"  on dev: {x} {_shown(choice[x], x)} (median); "
+    if against.get(x) is None:
+        return [first, second + f"no interval against vanilla: {against['note']}"]
+    ix, iy = against[x], against.get(y)
+    if ix["low"] is None:
+        return [first, second + f"against vanilla fine-tuning: n/a ({ix['note']})"]
+    from .intervals import seeds_text
+
+    parts = [f"{m} {_signed(i['difference'], m)} [{_signed(i['low'], m)}, {_signed(i['high'], m)}]"
+             for m, i in ((x, ix), (y, iy)) if i is not None and i["low"] is not None]
+    if choice["non_inferior"]:
+        verdict = f"non-inferior at margin {margin}"
+    else:
+        end, bound = (ix["high"], f"above {margin}") if x in LOWER_IS_BETTER else (ix["low"], f"below -{margin}")
+        verdict = f"not shown non-inferior at margin {margin} (the interval's end {_signed(end, x)} is {bound})"
+    return [first, second + f"against vanilla fine-tuning, paired over seeds {seeds_text(ix['seeds'])} (n={ix['n']}): "
+            + ", ".join(parts) + f" ({100 * against['level']:g}% paired bootstrap, {against['resamples']:,} resamples): "
+            + verdict]
+
+
+def _signed(value: float, metric: str) -> str:
+    return f"{value * points(metric):+.1f}" if points(metric) != 1.0 else f"{value:+.4g}"
 
 
 def _shown(value: float, metric: str) -> str:
