@@ -369,7 +369,9 @@ def _table_records(
         yield line, [row[i] for i in indices]
 
 
-def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Iterator[tuple[int, list[str]]]:
+def jsonl_objects(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-empty line of a JSONL file; one DataError naming the line
+    for a line that is not a JSON object."""
     # Split on "\n" only: str.splitlines would also break on characters such as U+2028 inside strings.
     for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
@@ -378,8 +380,15 @@ def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Itera
             record = json.loads(raw)
         except json.JSONDecodeError as err:
             raise DataError(f"{path} line {line}: invalid JSON ({err.msg}): write one JSON object per line") from None
+        except RecursionError:  # nesting deeper than the parser goes
+            raise DataError(f"{path} line {line}: nested too deeply to read: write one flat JSON object per line") from None
         if not isinstance(record, dict):
             raise DataError(f"{path} line {line}: expected a JSON object, found {type(record).__name__}")
+        yield line, record
+
+
+def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Iterator[tuple[int, list[str]]]:
+    for line, record in jsonl_objects(path, text):
         fields = []
         for column in columns:
             if column not in record:

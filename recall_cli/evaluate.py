@@ -81,6 +81,43 @@ def score(
     return metrics
 
 
+@dataclasses.dataclass
+class Scored:
+    """What a command that scores a checkpoint reads: its weights' folder, the run's recipe (None for a
+    folder outside a run), and the task as the run (or --task / --data-dir) says."""
+
+    folder: Path
+    run_dir: Path | None
+    recipe: Any
+    task: Any  # recipe.TaskConfig
+
+
+def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None = None) -> Scored:
+    """The checkpoint at ``path`` and the task to score it on (evaluate and predict alike). A --task
+    whose label count is not the checkpoint's is refused now, not after minutes of scoring."""
+    from . import data
+    from .model import load_config
+    from .recipe import TaskConfig, read_yaml, recipe_from_dict
+    from .rundir import locate
+
+    located = locate(path)
+    folder, config = located.folder, located.recipe_file
+    recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
+    if recipe is None and task is None:
+        raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
+    task_cfg = recipe.task if recipe else TaskConfig(name=task)
+    if task is not None and task != task_cfg.name:
+        task_cfg = TaskConfig(name=task)
+    if data_dir is not None:
+        task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
+    labels = getattr(load_config(str(folder)), "num_labels", None)
+    wanted = data.task_spec(task_cfg).num_labels
+    if labels is not None and labels != wanted:
+        raise data.DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
+                             f"{wanted}: score it on the task it was trained for (--task)")
+    return Scored(folder, located.run_dir, recipe, task_cfg)
+
+
 def evaluate_checkpoint(
     path: Path,
     *,
@@ -94,20 +131,10 @@ def evaluate_checkpoint(
     tokenization and eval batch size, so that the numbers agree with the ones the run recorded."""
     from . import data
     from .model import load_checkpoint_model, load_tokenizer
-    from .recipe import TaskConfig, read_yaml, recipe_from_dict
-    from .rundir import locate
     from .runtime import autocast_for, resolve_device, resolve_precision
 
-    located = locate(path)
-    folder, config = located.folder, located.recipe_file
-    recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
-    if recipe is None and task is None:
-        raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
-    task_cfg = recipe.task if recipe else TaskConfig(name=task)
-    if task is not None and task != task_cfg.name:
-        task_cfg = TaskConfig(name=task)
-    if data_dir is not None:
-        task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
+    scored = checkpoint_task(path, task, data_dir)
+    folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
 
     spec = data.task_spec(task_cfg)
     splits = [split] if split else list(spec.dev_splits)

@@ -19,7 +19,6 @@ complete or not at all (staged, then renamed into place).
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -190,21 +189,13 @@ def _glue_test_hub(spec: Any, split: str) -> Rows:
 def _user_file(spec: Any, path: Path) -> Rows:
     """A user's .csv/.tsv/.jsonl: the task's text columns (any header style of _text_column_choices)
     and, optionally, its label column (the task's label field, or "label")."""
-    from .data import _check_width, _delimited_rows, _json_scalar, _read_text
+    from .data import _check_width, _delimited_rows, _json_scalar, _read_text, jsonl_objects
 
     suffix = path.suffix.lower()
     text = _read_text(path, "check the --split path")
     records: list[tuple[int, dict[str, str]]] = []
     if suffix == ".jsonl":
-        for line, raw in enumerate(text.split("\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path} line {line}: invalid JSON ({err.msg}): write one JSON object per line") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path} line {line}: expected a JSON object, found {type(record).__name__}")
+        for line, record in jsonl_objects(path, text):
             records.append((line, {k: _json_scalar(v, path, line, k) for k, v in record.items()
                                    if not isinstance(v, (list, dict))}))
         if not records:
@@ -354,10 +345,8 @@ def predict_to_file(
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
     ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
     from . import data
-    from .evaluate import predict
+    from .evaluate import checkpoint_task, predict
     from .model import load_checkpoint_model, load_tokenizer
-    from .recipe import TaskConfig, read_yaml, recipe_from_dict
-    from .rundir import locate
     from .runtime import autocast_for, resolve_device
 
     if batch_size is not None and batch_size < 1:
@@ -365,29 +354,17 @@ def predict_to_file(
     which = parse_split(split)
     out = Path(out)
     check_out(out, overwrite)
-    located = locate(path)
-    folder, config = located.folder, located.recipe_file
-    recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
-    if recipe is None and task is None:
-        raise DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
-    task_cfg = recipe.task if recipe else TaskConfig(name=task)
-    if task is not None and task != task_cfg.name:
-        task_cfg = TaskConfig(name=task)
-    if data_dir is not None:
-        task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
+    scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
+    folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
     spec = data.task_spec(task_cfg)
     rows = load_rows(task_cfg, which)
     dev_device = resolve_device(device, option="--device")
 
     model = load_checkpoint_model(folder)
-    num_labels = getattr(model.config, "num_labels", spec.num_labels)
-    if num_labels != spec.num_labels:
-        raise RunDirError(f"{folder} has {num_labels} output{'s' if num_labels != 1 else ''}, task {spec.name} "
-                          f"{spec.num_labels}: give the task it was trained on with --task")
     tokenizer = load_tokenizer(str(folder))
     placeholder = [0.0 if spec.is_regression else 0] * len(rows)
     features = data.tokenize(data.Examples(rows.texts, placeholder, rows.source), tokenizer, task_cfg.max_seq_length)
-    precision = run_precision(recipe, located.run_dir, folder, dev_device)
+    precision = run_precision(recipe, scored.run_dir, folder, dev_device)
     if batch_size is None:
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
     model.to(dev_device)
