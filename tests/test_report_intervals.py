@@ -321,7 +321,7 @@ def test_bookkeeping_keys_do_not_split_a_setting(tmp_path):
     run_dir(root, "a", dev=0.80, seed=1, train_keys={"report_to": ["tensorboard"], "log_every": 5, "device": "cpu"})
     run_dir(root, "b", dev=0.82, seed=2, train_keys={"eval_every": 50, "save_every": 50, "keep_last": 2, "compile": "off"},
             sections={"probe": {"num_pairs": 64, "every": 10}})
-    run_dir(root, "c", dev=0.84, seed=3, task_keys={"pad_to_multiple_of": 8}, train_keys={"eval_batch_size": 7})
+    run_dir(root, "c", dev=0.84, seed=3, task_keys={"pad_to_multiple_of": 8}, train_keys={"eval_batch_size": 7, "save": "final"})
     rows = json.loads(invoke("compare", root, "--format", "json").stdout)
     assert len(rows) == 1 and rows[0]["n"] == 3 and rows[0]["group"] == "all runs"
     assert rows[0]["median"] == pytest.approx(0.82)

@@ -90,7 +90,9 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     handles: dict[str, object] = {}
     strengths: dict[str, set[float]] = {}  # per family kind drawn: its strengths, for the legend
     extra: dict[str, object] = {}  # the dashed line, the band, the ring: last in the legend
-    rows = math.ceil((len(labels) + 5) / 3)
+    # One panel is narrower than three legend columns: its legend takes one column, inside the image.
+    ncol = 3 if len(tasks) > 1 else 1
+    rows = math.ceil((len(labels) + 5) / ncol)
     fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 4.6 * len(tasks), 4.8 + 0.2 * rows), dpi=dpi,
                              layout="constrained", squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -120,7 +122,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
                 extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
             ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
             ring = ("chosen: keeps the most skill in the band" if c.get("select_on") != "holdout" else
-                    f"chosen on the holdout: the most skill within {c['within']:g} {unit} of the best holdout median")
+                    f"chosen on the holdout (within {c['within']:g} {unit} of its best)")
             extra.setdefault("ring", Line2D([], [], marker="o", markersize=14, markerfacecolor="none",
                                             markeredgecolor="black", markeredgewidth=1.8, linestyle="none", label=ring))
         ax.set_title(TASK_TITLES.get(task, str(task)))
@@ -134,7 +136,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
                         f"{kind} {ends}"))
     entries += [(handle, handle.get_label()) for handle in extra.values()]
     fig.legend([h for h, _ in entries], [t for _, t in entries], loc="outside lower center",
-               ncol=min(3, len(entries)), fontsize="small", title="median over seeds (×), one dot per run")
+               ncol=min(ncol, len(entries)), fontsize="small", title="median over seeds (×), one dot per run")
     fig.suptitle("trade-off: learning the task vs keeping the pretrained skill")
     return save_figure(fig, plt, out, dpi)
 

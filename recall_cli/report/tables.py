@@ -195,7 +195,9 @@ def notes(result: Comparison, labels: str = "keys") -> list[str]:
         label = _label(group, labels)
         for cell in group.cells.values():
             if cell.selected and cell.candidates > 1:
-                chosen = ", ".join(f"{k}={_fmt_setting(v)}" for k, v in cell.selected.items())
+                chosen = ", ".join(f"{k}={_fmt_setting(v)}" for k, v in cell.selected.items() if v is not None) \
+                    or ("the trained runs, no merge" if all(k.startswith("record.") for k in cell.selected)
+                        else "every selection key unset")
                 lines.append(f"{label} / {TASK_TITLES.get(cell.task, cell.task)}: {chosen} "
                              f"(best median on dev of {cell.candidates} settings)")
             for item in cell.flagged:
