@@ -15,7 +15,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 from recall_cli.testing import tiny_bert_dir, tokenizer_path  # noqa: E402
 
@@ -78,3 +78,37 @@ def make_run(root: Path, name: str, base_dir: Path, seed: int, scale: float = 0.
     (run / "config.yaml").write_text(yaml.safe_dump(tiny_recipe(base_dir, run)), encoding="utf-8")
     (run / "metrics.jsonl").write_text("", encoding="utf-8")
     return run
+
+
+# ---- reading runs back (the methods' tests) ----------------------------------------------------------
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    from recall_cli.rundir import read_metrics
+
+    return [r for r in read_metrics(run_dir) if r["split"] == "train"]
+
+
+def summary(run_dir: Path) -> dict:
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def comparable(records):
+    """Records without wall-clock throughput, which legitimately differs between runs."""
+    return [{k: v for k, v in r.items() if k not in ("samples_per_s", "probe_seconds")} for r in records]
+
+
+def pretrained_by_name(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The tiny encoder's saved weights under the classifier's names (bert.*)."""
+    return {(k if k.startswith("bert.") else f"bert.{k}"): v
+            for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+
+
+def encoder(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in ws.items() if k.startswith("bert.")}
+
+
+def head(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in ws.items() if not k.startswith("bert.")}

@@ -36,7 +36,8 @@ from recall_cli.training import loop as train
 from recall_cli.training.progress import Reporter
 from recall_cli.training.setup import load_task_data
 
-from conftest import GLUE, tiny_recipe, write_recipe
+from conftest import (GLUE, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe, train_records,
+                      write_recipe)
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -75,33 +76,6 @@ def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
     return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
-def train_records(run_dir: Path) -> list[dict]:
-    return [r for r in read_metrics(run_dir) if r["split"] == "train"]
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def comparable(records):
-    """Records without wall-clock throughput, which legitimately differs between runs."""
-    return [{k: v for k, v in r.items() if k not in ("samples_per_s", "probe_seconds")} for r in records]
-
-
-def pretrained_by_name(model_dir: Path) -> dict[str, torch.Tensor]:
-    """The tiny encoder's saved weights under the classifier's names (bert.*)."""
-    return {(k if k.startswith("bert.") else f"bert.{k}"): v
-            for k, v in load_file(str(model_dir / "model.safetensors")).items()}
-
-
-def encoder(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in ws.items() if k.startswith("bert.")}
-
-
-def head(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in ws.items() if not k.startswith("bert.")}
 
 
 def adapted_modules(run_dir: Path, folder: str = "last") -> set[str]:
