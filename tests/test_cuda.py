@@ -206,3 +206,37 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
         for g, p in zip(graph_grads, t.params):
             torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
         train.optimizer_step(t)
+
+
+# ---- the methods on a GPU: the anchor's cache, LP-FT's phase switch and LoRA's adapters on CUDA ------
+
+
+@pytest.mark.parametrize("method", ["keep", "lp_ft", "lora"])
+def test_each_method_trains_and_resumes_exactly_on_cuda(tiny_model_dir, tmp_path, method):
+    """The same run on CUDA interrupted after step 4 and resumed ends with the weights of an
+    uninterrupted one (fp32); the anchor's records carry its loss parts."""
+    extra = {"keep": {"keep": {"embeddings": 1.0}},
+             "lp_ft": {"train": {"linear_probe_steps": 3}},
+             "lora": {"model": {"lora": {"r": 4, "dropout": 0.0}}}}[method]
+
+    def recipe(name):
+        raw = tiny_recipe(tiny_model_dir, tmp_path / name, optimizer={"name": "adamw"}, probe={"enabled": False},
+                          train={"device": DEVICE, "max_steps": 8, "save_every": 2, "precision": "fp32"})
+        for section, values in extra.items():
+            for key, value in values.items():
+                if isinstance(value, dict):
+                    raw.setdefault(section, {}).setdefault(key, {}).update(value)
+                else:
+                    raw.setdefault(section, {})[key] = value
+        return raw
+
+    run(recipe("whole"))
+    run(recipe("cut"), stop_at=4)
+    run(recipe("cut"), resume=True)
+    a = load_file(str(tmp_path / "whole" / "last" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "last" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    if method == "keep":
+        assert all("loss_keep" in r for r in records(tmp_path / "whole", "train"))
+    if method == "lora":
+        assert (tmp_path / "whole" / "last" / "adapter" / "adapter_model.safetensors").is_file()
