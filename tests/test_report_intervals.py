@@ -445,3 +445,10 @@ def test_the_committed_study_renders_as_committed(tmp_path, monkeypatch):
     committed = (REPO / "docs/study/tables/forgetting_sst2.txt").read_text().splitlines()
     result = invoke("forgetting", "--run-dir", "docs/study/runs/main/sst2", "--out", tmp_path / "f.png")
     assert result.stdout.splitlines()[:-2] == committed[1:-2]
+
+
+def test_best_under_a_holdout_says_whose_score_it_is(holdout_study):
+    result = invoke("compare", holdout_study, "--at", "best", "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    assert "--at best: 15 of the runs held out part of train (task.holdout)" in result.stdout
+    assert "task.holdout" not in invoke("compare", holdout_study, "--format", "markdown").stdout

@@ -43,7 +43,10 @@ def probe(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
-    """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio."""
+    """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio.
+
+    The table prints as compare's: up to 100 columns, plain text fitted to the width (long targets lose
+    their start), the same on a terminal and in a pipe; --json for scripts."""
 
     def go() -> None:
         from ..probes.targets import probe_targets

@@ -114,7 +114,8 @@ def forgetting(
     """Figure 2 of the paper: distance to theta* and training loss against step, plus lambda(t), per setting.
 
     Runs with probe records also get OUT_probes.png: retained skill and last-layer CKA against the step
-    beside the distance, and CKA per layer at the last probe."""
+    beside the distance, and CKA per layer at the last probe. The per-run tables print as compare's: up to
+    100 columns, plain text fitted to the width, the same on a terminal and in a pipe."""
 
     def go() -> None:
 

@@ -102,6 +102,7 @@ class Comparison:
     averages: list[tuple[str, list[str]]]  # (column title, tasks averaged)
     preset: str | None = None
     against: Against | None = None
+    remarks: list[str] = field(default_factory=list)  # notes on the whole table
 
     def average(self, group: Group, stat: str, tasks: list[str]) -> float | None:
         values = [group.cells[t].stat(stat) if t in group.cells else None for t in tasks]
@@ -187,7 +188,12 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
             averages += [("Avg <10k", small), ("Avg >10k", large)]
     if not stats:
         stats = ["median", "max"] if preset else ["median", "max", "mean"]
-    return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset)
+    remarks = []
+    held = sum(1 for run in runs if run.holdout_final() is not None)
+    if at == "best" and held:
+        remarks.append(f"--at best: {held} of the runs held out part of train (task.holdout): their evaluations scored "
+                       "the holdout, so their best eval is the holdout's (dev was scored once, at the end: --at final)")
+    return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset, remarks=remarks)
 
 
 def _sort_key(key: str, value: Any) -> tuple:

@@ -206,7 +206,7 @@ def notes(result: Comparison, labels: str = "keys") -> list[str]:
         lines.append(f"{title_}: mean over {', '.join(TASK_TITLES.get(t, t) for t in tasks)}")
     if result.against is not None:
         lines += against_notes(result)
-    return lines
+    return lines + result.remarks
 
 
 def against_notes(result: Comparison) -> list[str]:
