@@ -281,7 +281,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     """'optimizer.anneal_k=0.1' -> ('optimizer.anneal_k', 0.1); the value is a YAML scalar."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ValueError(f"override {text!r} is not KEY=VALUE (e.g. optimizer.anneal_k=0.1)")
+        raise ValueError(f"override {_shown(text)} is not KEY=VALUE (e.g. optimizer.anneal_k=0.1)")
+    if "\n" in value or "\r" in value:  # YAML would fold it into a space: a path "a\nb" would become "a b"
+        raise ValueError(f"override {key.strip()}: the value holds a line break (a stray newline in a script?): "
+                         "write it on one line")
     try:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError:

@@ -397,3 +397,15 @@ def test_did_you_mean_knows_other_trainers_names_and_merge_names_its_device(runs
     assert result.exit_code == 2
     assert one_error_line(result) == ("error: --device cuda but no CUDA device is visible (check CUDA_VISIBLE_DEVICES, "
                                       "or use --device cpu)")
+
+
+def test_an_override_with_a_line_break_is_refused_not_folded(tiny_model_dir, tmp_path):
+    """YAML folds a line break in a plain scalar into a space: output_dir=a<newline>b became 'a b'."""
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
+    result = CliRunner().invoke(app, ["finetune", str(recipe), "output_dir=a\nb", "--dry-run"])
+    assert result.exit_code == 2
+    assert "override output_dir: the value holds a line break" in result.output
