@@ -409,3 +409,22 @@ def test_an_override_with_a_line_break_is_refused_not_folded(tiny_model_dir, tmp
     result = CliRunner().invoke(app, ["finetune", str(recipe), "output_dir=a\nb", "--dry-run"])
     assert result.exit_code == 2
     assert "override output_dir: the value holds a line break" in result.output
+
+
+def test_the_dry_run_reads_the_dev_split_as_the_run_does(tiny_model_dir, tmp_path):
+    """--dry-run is the run's own set-up: a dev label the task does not have fails it (it passed, and the
+    run then failed with exit 2)."""
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nfoo bar\tpos\nbaz qux\tneg\nfoo baz\tpos\nqux bar\tneg\n")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nfoo bar\tpos\nbaz qux\tmaybe\n")
+    task = {"name": "custom", "data_dir": None, "train_file": str(tmp_path / "train.tsv"),
+            "dev_file": str(tmp_path / "dev.tsv"), "text_fields": ["sentence"], "label_field": "label",
+            "num_labels": 2, "label_names": ["neg", "pos"], "max_train_examples": None, "max_eval_examples": None}
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out", task=task))
+    result = CliRunner().invoke(app, ["finetune", str(recipe), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "dev.tsv line 3: label 'maybe' is not one of neg, pos" in result.output
+    assert not (tmp_path / "out").exists()
