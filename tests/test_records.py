@@ -136,7 +136,8 @@ def test_compare_groups_records_beside_runs_and_reads_distance(run, tiny_model_d
     code, stdout, stderr = invoke("compare", root, "--metric", "distance", "--format", "json")
     assert code == 0, stderr
     rows = {r["group"]: r for r in json.loads(stdout)}
-    assert set(rows) == {"all runs", "merge=linear, with=pretrained, weights=0.5,0.5"}
+    # The plain record's grouping keys are all unset (it is no merge): said so, not "all runs".
+    assert set(rows) == {"merge unset, with unset, weights unset", "merge=linear, with=pretrained, weights=0.5,0.5"}
     wise = next(r for r in rows.values() if r["n"] == 2)
     plain = next(r for r in rows.values() if r["n"] == 1)
     # Half-way to θ*: half the distance (the merge is exact in float32).
