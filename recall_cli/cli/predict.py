@@ -13,16 +13,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import DataError, ExitCode, RunDirError
+from ..errors import DataError, ExitCode, RunDirError, exit_codes_help
 from .common import check_device, dumps_json, fail, run_guarded
 
-PREDICT_EXIT_CODES = (
-    "Exit codes: 0 ok; 1 unexpected failure; 2 bad usage: an unknown --split, a missing file (a GLUE folder without "
-    "test.tsv), a file without the task's text columns, a --batch-size below 1, an --out that exists (without "
-    "--overwrite) or is a folder, a path that is no run or checkpoint (nothing is written); 4 --out cannot be written "
-    "(disk full, permission denied, read-only); 130 Ctrl-C, 143 SIGTERM (nothing is written). RECALL_DEBUG=1 shows "
-    "tracebacks."
-)
+PREDICT_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: "ok",
+    ExitCode.FAILURE: "unexpected failure",
+    ExitCode.USAGE: "bad usage: an unknown --split, a missing file (a GLUE folder without test.tsv), a file without "
+                    "the task's text columns, a --batch-size below 1, an --out that exists (without --overwrite) or "
+                    "is a folder, a path that is no run or checkpoint (nothing is written)",
+    ExitCode.ENVIRONMENT: "--out cannot be written (disk full, permission denied, read-only)",
+    ExitCode.INTERRUPTED: "Ctrl-C",
+    ExitCode.PREEMPTED: "SIGTERM (nothing is written)",
+}, joiner={ExitCode.PREEMPTED: ", "})
 RECIPES_EXIT_CODES = (
     "Exit codes: 0 ok; 2 an unknown recipe, or a --copy destination that exists (without --overwrite); 4 the copy "
     "cannot be written (disk full, permission denied, read-only)."

@@ -12,17 +12,25 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import ExitCode, exit_codes_help
+from ..names import PROBE_NAMES
 from .common import JsonOpt, check_device, dumps_json, run_guarded
 
-PROBE_EXIT_CODES = ("Exit codes: 0 ok; 1 unexpected failure; 2 bad usage, probe file, model or run directory "
-                    "(nothing is written); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks.")
-TRADEOFF_EXIT_CODES = (
-    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming "
-    "it, and so is a run whose --x or --y is NaN or inf); 1 unexpected failure; 2 bad usage: no readable runs under "
-    "the folders, none that records both --x and --y, an unknown --x or --y, a --within that is negative or not "
-    "finite, --select-on holdout with a run that has no holdout score (no figure is written); 4 the figure cannot be written (disk full, permission denied, read-only, a file "
-    "where its folder goes); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
-)
+PROBE_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: 'ok',
+    ExitCode.FAILURE: 'unexpected failure',
+    ExitCode.USAGE: 'bad usage, probe file, model or run directory (nothing is written)',
+    ExitCode.INTERRUPTED: 'Ctrl-C',
+    ExitCode.PREEMPTED: 'SIGTERM',
+}, joiner={ExitCode.PREEMPTED: ', '})
+TRADEOFF_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: 'ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming it, and so is a run whose --x or --y is NaN or inf)',
+    ExitCode.FAILURE: 'unexpected failure',
+    ExitCode.USAGE: 'bad usage: no readable runs under the folders, none that records both --x and --y, an unknown --x or --y, a --within that is negative or not finite, --select-on holdout with a run that has no holdout score (no figure is written)',
+    ExitCode.ENVIRONMENT: 'the figure cannot be written (disk full, permission denied, read-only, a file where its folder goes)',
+    ExitCode.INTERRUPTED: 'Ctrl-C',
+    ExitCode.PREEMPTED: 'SIGTERM',
+}, joiner={ExitCode.PREEMPTED: ', '})
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +41,7 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[str, typer.Option(help="Comma-separated probes: cka, drift, sts, mlm.")] = "cka,drift,sts,mlm",
+    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)}.")] = ",".join(PROBE_NAMES),
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
     num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,

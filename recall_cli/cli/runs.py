@@ -12,27 +12,32 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import ExitCode
+from ..errors import ExitCode, exit_codes_help
 from .common import dumps_json, fail, run_guarded
 
-SWEEP_EXIT_CODES = (
-    "Exit codes: 0 every cell finished; 1 a cell failed (the failed cells are named; sweep.json records "
-    "each cell's state and exit code); 2 bad usage or recipe (nothing is created or run); 130 interrupted "
-    "by Ctrl-C, 143 stopped by SIGTERM (running cells save last/ first; run the same command again to "
-    "resume). RECALL_DEBUG=1 shows tracebacks."
-)
-REPORT_EXIT_CODES = (
-    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning "
-    "naming it); 1 unexpected failure; 2 bad usage (no readable runs under the folders, unknown key, metric, "
-    "preset or format); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
-)
+SWEEP_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: 'every cell finished',
+    ExitCode.FAILURE: "a cell failed (the failed cells are named; sweep.json records each cell's state and exit code)",
+    ExitCode.USAGE: 'bad usage or recipe (nothing is created or run)',
+    ExitCode.INTERRUPTED: 'interrupted by Ctrl-C',
+    ExitCode.PREEMPTED: 'stopped by SIGTERM (running cells save last/ first; run the same command again to resume)',
+}, joiner={ExitCode.PREEMPTED: ', '})
+REPORT_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: 'ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming it)',
+    ExitCode.FAILURE: 'unexpected failure',
+    ExitCode.USAGE: 'bad usage (no readable runs under the folders, unknown key, metric, preset or format)',
+    ExitCode.INTERRUPTED: 'Ctrl-C',
+    ExitCode.PREEMPTED: 'SIGTERM',
+}, joiner={ExitCode.PREEMPTED: ', '})
 # forgetting and tradeoff (cli_probe.py) write a figure: what they print is built first, the figure last.
-FIGURE_EXIT_CODES = (
-    "Exit codes: 0 ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning "
-    "naming it); 1 unexpected failure; 2 bad usage (no run directories given, no readable runs under them, "
-    "unknown key; no figure is written); 4 the figure cannot be written (disk full, permission denied, "
-    "read-only, a file where its folder goes); 130 Ctrl-C, 143 SIGTERM. RECALL_DEBUG=1 shows tracebacks."
-)
+FIGURE_EXIT_CODES = exit_codes_help({
+    ExitCode.OK: 'ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming it)',
+    ExitCode.FAILURE: 'unexpected failure',
+    ExitCode.USAGE: 'bad usage (no run directories given, no readable runs under them, unknown key; no figure is written)',
+    ExitCode.ENVIRONMENT: 'the figure cannot be written (disk full, permission denied, read-only, a file where its folder goes)',
+    ExitCode.INTERRUPTED: 'Ctrl-C',
+    ExitCode.PREEMPTED: 'SIGTERM',
+}, joiner={ExitCode.PREEMPTED: ', '})
 
 
 def _guarded(fn, interrupted_hint: str | None = None) -> None:
