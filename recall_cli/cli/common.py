@@ -130,23 +130,30 @@ def _rank() -> int:
 RESUME_HINT = "continue with `recall finetune --resume OUTPUT_DIR`"
 
 
+# The signal that stopped the command, once one arrived: an exception raised inside library code
+# (torch turns a KeyboardInterrupt raised mid-conversion into a ValueError) is then the stop, not a bug.
+_stopped_by: list[int] = []
+
+
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """While active, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as Ctrl-C
     raises KeyboardInterrupt: staging folders are removed on the way out (rundir.staged_folder holds
-    further signals while it cleans up) and run_guarded exits 143."""
+    further signals while it cleans up) and run_guarded exits 143. Both are remembered (_stopped_by)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):  # noqa: ARG001 - signal handler signature
-        raise Terminated
+        _stopped_by.append(signum)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, stop), signal.signal(signal.SIGINT, stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RESUME_HINT, *,
@@ -163,6 +170,14 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
     prefixed with it."""
     debug = bool(os.environ.get("RECALL_DEBUG"))
     rank = _rank()
+    _stopped_by.clear()
+
+    def stopped(stop: BaseException) -> typer.Exit:
+        hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
+        what, code = ("stopped by SIGTERM", ExitCode.PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", ExitCode.INTERRUPTED)
+        typer.echo(what + (f": {hint}" if hint else ""), err=True)
+        return typer.Exit(code)
+
     try:
         if sigterm:
             with sigterm_as_interrupt():
@@ -172,11 +187,10 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
     except typer.Exit:
         raise
     except KeyboardInterrupt as stop:
-        hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
-        what, code = ("stopped by SIGTERM", ExitCode.PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", ExitCode.INTERRUPTED)
-        typer.echo(what + (f": {hint}" if hint else ""), err=True)
-        raise typer.Exit(code)
+        raise stopped(stop) from None
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
+        if _stopped_by and not debug:  # a signal arrived and library code reported it as its own error
+            raise stopped(Terminated() if _stopped_by[-1] == signal.SIGTERM else KeyboardInterrupt()) from None
         if debug:
             raise
         if exit_code_of(exc) is None:
