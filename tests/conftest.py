@@ -18,6 +18,7 @@ import yaml  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from recall_cli.testing import tiny_bert_dir, tokenizer_path  # noqa: E402
+from recall_cli.training.progress import Reporter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO / "data" / "glue"
@@ -112,3 +113,14 @@ def encoder(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def head(ws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in ws.items() if not k.startswith("bert.")}
+
+
+class StopAfter(Reporter):
+    """Interrupts the run after ``step`` (as Ctrl-C would), once that step's checkpoint (if any) is written."""
+
+    def __init__(self, step: int | None):
+        self.stop_at = step
+
+    def step(self, step):
+        if step == self.stop_at:
+            raise KeyboardInterrupt

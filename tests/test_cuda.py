@@ -20,27 +20,15 @@ import torch
 from safetensors.torch import load_file
 
 from recall_cli.training import loop as train
-from recall_cli.training.progress import Reporter
 from recall_cli.rundir import read_metrics
 from recall_cli.optim import RecAdam
 from recall_cli.recipe import recipe_from_dict
 
-from conftest import tiny_recipe
+from conftest import StopAfter, tiny_recipe
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (benchmarks/gpu_check.py runs these)")]
 DEVICE = "cuda"
-
-
-class StopAfter(Reporter):
-    """Interrupts the run after `step` (as Ctrl-C would), once that step's checkpoint is written."""
-
-    def __init__(self, step: int | None):
-        self.stop_at = step
-
-    def step(self, step):
-        if step == self.stop_at:
-            raise KeyboardInterrupt
 
 
 def run(recipe: dict, *, resume: bool = False, stop_at: int | None = None) -> None:

@@ -33,11 +33,10 @@ from recall_cli.recipe import recipe_from_dict
 from recall_cli.rundir import read_metrics
 from recall_cli.testing import tiny_bert_dir
 from recall_cli.training import loop as train
-from recall_cli.training.progress import Reporter
 from recall_cli.training.setup import load_task_data
 
-from conftest import (GLUE, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe, train_records,
-                      write_recipe)
+from conftest import (GLUE, StopAfter, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe,
+                      train_records, write_recipe)
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -82,17 +81,6 @@ def adapted_modules(run_dir: Path, folder: str = "last") -> set[str]:
     """The modules peft put adapters on, by the classifier's names (from adapter/'s lora_A weights)."""
     prefix, suffix = "base_model.model.", ".lora_A.weight"
     return {k[len(prefix):-len(suffix)] for k in adapter_weights(run_dir, folder) if k.endswith(suffix)}
-
-
-class StopAfter(Reporter):
-    """Interrupts the run after ``step`` (as Ctrl-C would), once that step's checkpoint (if any) is written."""
-
-    def __init__(self, step: int):
-        self.stop_at = step
-
-    def step(self, step):
-        if step == self.stop_at:
-            raise KeyboardInterrupt
 
 
 def lora_recipe(model_dir: Path, out: Path, lora_keys: dict | None = None, **train_keys) -> dict:

@@ -33,11 +33,10 @@ from recall_cli.testing import tiny_bert
 from recall_cli.training import loop as train
 from recall_cli.training.loss import loss_step
 from recall_cli.training.methods import build_anchor
-from recall_cli.training.progress import Reporter
 from recall_cli.training.setup import load_task_data
 
-from conftest import (GLUE, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe, train_records,
-                      write_recipe)
+from conftest import (GLUE, StopAfter, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe,
+                      train_records, write_recipe)
 
 runner = CliRunner()
 CPU = torch.device("cpu")
@@ -446,17 +445,6 @@ def test_lp_ft_freezes_the_encoder_for_the_head_phase_then_trains_everything(tin
 
 
 # ---- 8. LP-FT and the anchor resume exactly ---------------------------------------------------------
-
-
-class StopAfter(Reporter):
-    """Interrupts the run after ``step`` (as Ctrl-C would), once that step's checkpoint is written."""
-
-    def __init__(self, step: int):
-        self.stop_at = step
-
-    def step(self, step):
-        if step == self.stop_at:
-            raise KeyboardInterrupt
 
 
 RESUMED = {
