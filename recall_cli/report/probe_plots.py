@@ -130,7 +130,8 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
         ax.set_ylabel(axis_title(y))
         ax.grid(alpha=0.3)
     entries = [(handles[label], name_of[label]) for label in labels if label in handles]
-    for kind, values in sorted(strengths.items(), key=lambda item: list(FAMILY_STYLES).index(item[0])):
+    order = list(FAMILY_STYLES)  # a family without a style of its own sorts last
+    for kind, values in sorted(strengths.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)):
         ends = f"{min(values):g} → {max(values):g}" + (" (1: the fine-tuned runs)" if kind == "WiSE-FT α" else "")
         entries.append((Line2D([], [], linestyle=FAMILY_STYLES.get(kind, "-"), color="0.35", linewidth=1.3),
                         f"{kind} {ends}"))
@@ -142,7 +143,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
 
 
 # Solid, dash-dot, dotted: the dashed line is the one-class score.
-FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":"}
+FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":", "embedding anchor": "--"}
 SCORE_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
 MEASURE_TITLES = {
     "sts_retained": "STS skill kept, % of pretrained",
