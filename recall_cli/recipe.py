@@ -314,9 +314,32 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> list[str]:
     return problems
 
 
+# Input paths a recipe names: relative ones are read from the working directory, else beside the recipe.
+INPUT_PATHS = (("task", "data_dir"), ("task", "train_file"), ("task", "dev_file"), ("probe", "texts_file"),
+               ("probe", "pairs_file"))
+
+
+def _beside_recipe(raw: dict[str, Any], recipe_file: Path) -> None:
+    """A relative input path that does not exist from the working directory but does from the recipe's
+    folder or the folder above it (the shipped recipes name data/glue/... from the repository's root) is
+    made absolute (in place), so `recall finetune ../recall/recipes/quickstart.yaml` works from anywhere
+    and config.yaml records where the data came from. Output paths stay relative to where you run."""
+    for section, key in INPUT_PATHS:
+        node = raw.get(section)
+        value = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(value, str) or not value or "\x00" in value or Path(value).is_absolute() or Path(value).exists():
+            continue
+        for base in (recipe_file.parent, recipe_file.parent.parent):
+            candidate = (base / value).resolve()
+            if candidate.exists():
+                node[key] = str(candidate)
+                break
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     raw = read_yaml(path)
     problems = apply_overrides(raw, overrides or [])
+    _beside_recipe(raw, Path(path))
     recipe, more = build_recipe(raw)
     problems += more
     if problems:

@@ -282,3 +282,15 @@ def test_adamw_dry_run_of_every_shipped_recipe_with_local_data(path, tmp_path):
     assert result.exit_code == 0, result.output
     assert "# unused: " in result.output and "this run is adamw" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_recipes_relative_data_is_found_beside_it_from_another_folder(tmp_path, monkeypatch):
+    """recall finetune ../recall/recipes/quickstart.yaml from elsewhere: data/glue/SST-2 is read from the
+    repository the recipe lives in (the working directory has none), and config.yaml would record it."""
+    from recall_cli.recipe import load_recipe
+
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(RECIPES / "quickstart.yaml", [f"output_dir={tmp_path / 'out'}"])
+    assert recipe.task.data_dir == str((RECIPES.parent / "data" / "glue" / "SST-2").resolve())
+    (tmp_path / "data" / "glue" / "SST-2").mkdir(parents=True)  # one here now: the working directory wins
+    assert load_recipe(RECIPES / "quickstart.yaml").task.data_dir == "data/glue/SST-2"
