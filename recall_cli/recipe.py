@@ -510,51 +510,8 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     if problems:
         return problems
 
-    need(t.name in GLUE_TASK_NAMES or t.name == "custom",
-         f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; or 'custom' with train_file/dev_file)")
-    need(t.max_seq_length >= 8, f"task.max_seq_length: must be >= 8, got {t.max_seq_length}")
-    for key in ("max_train_examples", "max_eval_examples"):
-        value = getattr(t, key)
-        need(value is None or value >= 1, f"task.{key}: must be >= 1 or null, got {value}")
-    if t.name == "custom":
-        for key in ("train_file", "dev_file", "text_fields", "label_field", "num_labels"):
-            need(getattr(t, key) is not None, f"task.{key}: required for a custom task")
-        if t.text_fields is not None:
-            need(1 <= len(t.text_fields) <= 2, f"task.text_fields: one or two columns, got {len(t.text_fields)}")
-        if t.num_labels is not None:
-            need(t.num_labels >= 1, f"task.num_labels: must be >= 1 (1 = regression), got {t.num_labels}")
-            if t.label_names is not None:
-                need(len(t.label_names) == t.num_labels,
-                     f"task.label_names: {len(t.label_names)} names for num_labels={t.num_labels}")
-        if check_files:
-            for key in ("train_file", "dev_file"):
-                path = getattr(t, key)
-                if path is not None:
-                    need(Path(path).is_file(), f"task.{key}: file not found: {path}")
-    if t.data_dir is not None and check_files:
-        need(Path(t.data_dir).is_dir(),
-             f"task.data_dir: folder not found: {t.data_dir} (a GLUE task folder with train.tsv and dev.tsv, "
-             "or null to load from the hub)")
-
-    need(o.lr > 0, f"optimizer.lr: must be > 0, got {o.lr}")
-    need(o.weight_decay >= 0, f"optimizer.weight_decay: must be >= 0, got {o.weight_decay}")
-    need(o.eps >= 0, f"optimizer.eps: must be >= 0, got {o.eps}")
-    need(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas),
-         f"optimizer.betas: two numbers in [0, 1), got {o.betas}")
-    need(o.anneal_k > 0, f"optimizer.anneal_k: must be > 0, got {o.anneal_k}")
-    need(0 <= o.anneal_w <= 1, f"optimizer.anneal_w: must be in [0, 1], got {o.anneal_w}")
-    need(o.pretrain_cof > 0, f"optimizer.pretrain_cof: must be > 0, got {o.pretrain_cof}")
-    need(0 <= o.recall_floor <= o.anneal_w,
-         f"optimizer.recall_floor: must be in [0, anneal_w = {o.anneal_w:g}] (a fraction of pretrain_cof; "
-         f"0 is the paper's schedule), got {o.recall_floor}")
-    t0 = o.anneal_t0
-    need((0 < t0 < 1) or (t0 >= 1 and float(t0).is_integer()),
-         f"optimizer.anneal_t0: a step count (integer >= 1) or a fraction of the run in (0, 1), got {t0}")
-    if OPTIMIZERS[o.name].anchored:
-        # Each step with lambda near 0 multiplies theta - theta* by (1 - lr * gamma): above 1 it overshoots.
-        need(o.lr * o.pretrain_cof < 1,
-             f"optimizer.lr x optimizer.pretrain_cof = {o.lr * o.pretrain_cof:g} must be < 1, or the recall "
-             "penalty overshoots theta* (lower lr or pretrain_cof)")
+    problems += _check_task(t, check_files)
+    problems += _check_optimizer(o)
 
     need(tr.batch_size >= 1, f"train.batch_size: must be >= 1, got {tr.batch_size}")
     need(tr.eval_batch_size is None or tr.eval_batch_size >= 1,
@@ -580,6 +537,70 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
 
     problems += _check_probe(recipe.probe, check_files)
     problems += check_methods(recipe)
+    return problems
+
+
+def _collector() -> tuple[list[str], Any]:
+    problems: list[str] = []
+
+    def need(condition: bool, message: str) -> None:
+        if not condition:
+            problems.append(message)
+
+    return problems, need
+
+
+def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
+    problems, need = _collector()
+    need(t.name in GLUE_TASK_NAMES or t.name == "custom",
+         f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; or 'custom' with train_file/dev_file)")
+    need(t.max_seq_length >= 8, f"task.max_seq_length: must be >= 8, got {t.max_seq_length}")
+    for key in ("max_train_examples", "max_eval_examples"):
+        value = getattr(t, key)
+        need(value is None or value >= 1, f"task.{key}: must be >= 1 or null, got {value}")
+    if t.name == "custom":
+        for key in ("train_file", "dev_file", "text_fields", "label_field", "num_labels"):
+            need(getattr(t, key) is not None, f"task.{key}: required for a custom task")
+        if t.text_fields is not None:
+            need(1 <= len(t.text_fields) <= 2, f"task.text_fields: one or two columns, got {len(t.text_fields)}")
+        if t.num_labels is not None:
+            need(t.num_labels >= 1, f"task.num_labels: must be >= 1 (1 = regression), got {t.num_labels}")
+            if t.label_names is not None:
+                need(len(t.label_names) == t.num_labels,
+                     f"task.label_names: {len(t.label_names)} names for num_labels={t.num_labels}")
+        if check_files:
+            for key in ("train_file", "dev_file"):
+                path = getattr(t, key)
+                if path is not None:
+                    need(Path(path).is_file(), f"task.{key}: file not found: {path}")
+    if t.data_dir is not None and check_files:
+        need(Path(t.data_dir).is_dir(),
+             f"task.data_dir: folder not found: {t.data_dir} (a GLUE task folder with train.tsv and dev.tsv, "
+             "or null to load from the hub)")
+    return problems
+
+
+def _check_optimizer(o: OptimizerConfig) -> list[str]:
+    problems, need = _collector()
+    need(o.lr > 0, f"optimizer.lr: must be > 0, got {o.lr}")
+    need(o.weight_decay >= 0, f"optimizer.weight_decay: must be >= 0, got {o.weight_decay}")
+    need(o.eps >= 0, f"optimizer.eps: must be >= 0, got {o.eps}")
+    need(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas),
+         f"optimizer.betas: two numbers in [0, 1), got {o.betas}")
+    need(o.anneal_k > 0, f"optimizer.anneal_k: must be > 0, got {o.anneal_k}")
+    need(0 <= o.anneal_w <= 1, f"optimizer.anneal_w: must be in [0, 1], got {o.anneal_w}")
+    need(o.pretrain_cof > 0, f"optimizer.pretrain_cof: must be > 0, got {o.pretrain_cof}")
+    need(0 <= o.recall_floor <= o.anneal_w,
+         f"optimizer.recall_floor: must be in [0, anneal_w = {o.anneal_w:g}] (a fraction of pretrain_cof; "
+         f"0 is the paper's schedule), got {o.recall_floor}")
+    t0 = o.anneal_t0
+    need((0 < t0 < 1) or (t0 >= 1 and float(t0).is_integer()),
+         f"optimizer.anneal_t0: a step count (integer >= 1) or a fraction of the run in (0, 1), got {t0}")
+    if OPTIMIZERS[o.name].anchored:
+        # Each step with lambda near 0 multiplies theta - theta* by (1 - lr * gamma): above 1 it overshoots.
+        need(o.lr * o.pretrain_cof < 1,
+             f"optimizer.lr x optimizer.pretrain_cof = {o.lr * o.pretrain_cof:g} must be < 1, or the recall "
+             "penalty overshoots theta* (lower lr or pretrain_cof)")
     return problems
 
 

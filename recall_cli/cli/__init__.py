@@ -79,27 +79,7 @@ def finetune(
     """
 
     def go() -> None:
-        from ..recipe import load_recipe, recipe_from_dict, read_yaml
-
-        if resume is not None:
-            if recipe is not None or overrides:
-                fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", ExitCode.USAGE)
-            config = resume / "config.yaml"
-            if not config.is_file():
-                fail(f"{resume} is not a recall run directory (no config.yaml): check the path", ExitCode.USAGE)
-            from ..rundir import no_checkpoint_message, scored_record
-
-            if scored_record(resume) is not None:
-                fail(no_checkpoint_message(resume) + "; a record cannot be resumed", ExitCode.USAGE)
-            loaded = recipe_from_dict(read_yaml(config), str(config))
-            if Path(loaded.output_dir).resolve() != resume.resolve():
-                # The run directory was moved or copied: it is where the user says it is now.
-                loaded = dataclasses.replace(loaded, output_dir=str(resume))
-        elif recipe is None:
-            fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", ExitCode.USAGE)
-            return
-        else:
-            loaded = load_recipe(recipe, list(overrides or []))
+        loaded = _recipe_to_run(recipe, overrides, resume)
         import os
 
         torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -154,6 +134,29 @@ def finetune(
     # exits 143; from the first step on, the loop takes SIGTERM itself and saves last/ first
     # (distributed.SigtermFlag, installed over this handler for the loop's life).
     run_guarded(go, interrupted_hint=stopped)
+
+
+def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Path | None):
+    """The recipe file with its overrides, or --resume's run directory's own config.yaml (a moved or
+    copied run is where the user says it is now)."""
+    from ..recipe import load_recipe, recipe_from_dict, read_yaml
+    from ..rundir import CONFIG_FILE, no_checkpoint_message, scored_record
+
+    if resume is None:
+        if recipe is None:
+            fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", ExitCode.USAGE)
+        return load_recipe(recipe, list(overrides or []))
+    if recipe is not None or overrides:
+        fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", ExitCode.USAGE)
+    config = resume / CONFIG_FILE
+    if not config.is_file():
+        fail(f"{resume} is not a recall run directory (no config.yaml): check the path", ExitCode.USAGE)
+    if scored_record(resume) is not None:
+        fail(no_checkpoint_message(resume) + "; a record cannot be resumed", ExitCode.USAGE)
+    loaded = recipe_from_dict(read_yaml(config), str(config))
+    if Path(loaded.output_dir).resolve() != resume.resolve():
+        loaded = dataclasses.replace(loaded, output_dir=str(resume))
+    return loaded
 
 
 def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume: bool = False,

@@ -127,6 +127,43 @@ class Prepared:
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
 
 
+def _plan_step(recipe: Recipe, device, lengths: list[int], total_steps: int, config, saved, world_size: int,
+               report: preflight.Preflight, dry_run: bool) -> compiled.StepPlan:
+    """How the step runs (compiled, precision), as the run's first check; a compile that cannot work
+    raises (the run) or is that check's failure (the dry run, which goes on with the eager plan)."""
+    tc = recipe.train
+    recorded = precision_of_saved_run(saved.state.precision, device) if saved is not None else None
+    try:
+        step = compiled.plan_step(
+            recipe, device, lengths=lengths, total_steps=total_steps,
+            done_steps=saved.state.step if saved is not None else 0, config=config,
+            world_size=world_size, recorded_precision=recorded,
+            recorded_mode=(saved.state.compile_mode, saved.state.compile_reason) if saved else None)
+    except CompileError as exc:
+        if not dry_run:
+            raise
+        report.add("step", "fail", str(exc), exc)
+        return compiled.StepPlan(None, str(exc), *choose_precision(tc.precision, device, recorded, compiled=False))
+    how = "eager" if step.mode is None else f"compiled ({step.mode})"
+    report.add("step", "ok", f"{how} ({step.reason}); {step.precision} ({step.precision_reason})")
+    return step
+
+
+def _resumable(run_dir: Path) -> Path | None:
+    """The last/ that --resume continues, or None for a run that never completed a save (it starts over).
+    A run that saved but cannot be continued exactly is one RunDirError: starting it over would replace
+    a trained run (its best/, metrics and summary)."""
+    last = rundir.find_checkpoint(run_dir, "last")
+    if last is not None and not (last / rundir.OPTIMIZER_FILE).is_file() and rundir.read_summary(run_dir) is not None:
+        raise RunDirError(f"{run_dir} has finished, and its optimizer state was removed (train.save=final): there is "
+                          f"nothing to resume; to train on, start a new run from {last} (model.name_or_path={last})")
+    if last is None and rundir.saved_before(run_dir) is not None:
+        raise RunDirError(f"{run_dir / 'last' / rundir.TRAINER_STATE_FILE} is missing, but {run_dir} has saved before "
+                          f"({rundir.saved_before(run_dir)}): it cannot be resumed exactly; keep it, or start it again "
+                          "with --overwrite")
+    return last
+
+
 def _load_model(recipe: Recipe, spec: data.TaskSpec, last: Path | None) -> tuple[BuiltModel, Any]:
     """(the model with theta*, peft's model around it under LoRA or None). A resumed run's weights come
     from last/; a LoRA run's last/ holds merged weights, so it starts from theta* again and loads its
@@ -183,18 +220,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
 
     trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
     resume = start is Start.RESUME
-    last = rundir.find_checkpoint(run_dir, "last") if resume else None
-    if last is not None and not (last / rundir.OPTIMIZER_FILE).is_file() and rundir.read_summary(run_dir) is not None:
-        raise RunDirError(f"{run_dir} has finished, and its optimizer state was removed (train.save=final): there is "
-                          f"nothing to resume; to train on, start a new run from {last} (model.name_or_path={last})")
-    if resume and last is None and rundir.saved_before(run_dir) is not None:
-        # Starting over would replace a trained run (its best/, metrics and summary): only a run that
-        # never completed a save starts over.
-        raise RunDirError(f"{run_dir / 'last' / rundir.TRAINER_STATE_FILE} is missing, but {run_dir} has saved before "
-                          f"({rundir.saved_before(run_dir)}): it cannot be resumed exactly; keep it, or start it again "
-                          "with --overwrite")
+    last = _resumable(run_dir) if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
-    recorded = precision_of_saved_run(saved.state.precision, device) if saved is not None else None
     tail: list[preflight.Check] = []  # the dry run lists these after the model's checks, as it always did
     if not resume:
         check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
@@ -212,20 +239,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         report.add("linear_probe_steps", "fail", str(problem), problem)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
-    try:
-        step = compiled.plan_step(
-            recipe, device, lengths=lengths, total_steps=total_steps,
-            done_steps=saved.state.step if saved is not None else 0, config=config,
-            world_size=ctx.world_size, recorded_precision=recorded,
-            recorded_mode=(saved.state.compile_mode, saved.state.compile_reason) if saved else None)
-    except CompileError as exc:
-        if not dry_run:
-            raise
-        report.add("step", "fail", str(exc), exc)
-        step = compiled.StepPlan(None, str(exc), *choose_precision(tc.precision, device, recorded, compiled=False))
-    else:
-        how = "eager" if step.mode is None else f"compiled ({step.mode})"
-        report.add("step", "ok", f"{how} ({step.reason}); {step.precision} ({step.precision_reason})")
+    step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, num_labels=task.spec.num_labels, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths)
     if not dry_run:
@@ -236,9 +250,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4),
               f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
     if not dry_run:
-        for found in report.checks:
-            if found.status == "warn":
-                reporter.warn(f"preflight: {found.name}: {found.message}")
+        for message in [f"preflight: {c.name}: {c.message}" for c in report.checks if c.status == "warn"]:
+            reporter.warn(message)
         for message in schedule_warnings(recipe, total_steps):
             reporter.warn(message)
     prepared = Prepared(recipe, ctx, device, step.precision, step.precision_reason, step.mode, step.reason, saved,
