@@ -447,3 +447,33 @@ def test_every_tracker_has_its_extra_and_the_tests_install_them():
     (everything,) = extras["trackers"]
     assert set(everything.removeprefix("recall-finetune[").removesuffix("]").split(",")) == {t.extra for t in TRACKERS.values()}
     assert "recall-finetune[trackers]" in extras["dev"]  # CI runs these tests, it does not skip them
+
+
+def test_a_tensorboard_write_failing_in_its_thread_is_one_warning_without_a_traceback(tmp_path, capfd):
+    """TensorBoard's disk full mid-run: its writer thread's traceback was printed; now the run's next
+    write names it in one warning and the tracker is dropped (metrics.jsonl keeps every record)."""
+    import errno
+    import time
+
+    from recall_cli import trackers
+    from recall_cli.trackers import tensorboard_tracker
+    from recall_cli.trackers import RunInfo
+
+    info = RunInfo(name="run", folder=tmp_path, params={"a": 1}, config={"a": 1})
+    tracker = tensorboard_tracker.open_tracker(info)
+    worker = tracker.writer.file_writer.event_writer._async_writer._worker
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    worker._record_writer.write = full
+    warnings: list[str] = []
+    fan = trackers.Trackers({"tensorboard": tracker}, warn=warnings.append)
+    deadline = time.monotonic() + 10
+    while fan and time.monotonic() < deadline:
+        fan.log({"step": 1, "split": "train", "loss": 0.5})
+        time.sleep(0.05)
+    fan.close()
+    assert len(warnings) == 1 and warnings[0].startswith("report_to tensorboard: ") and "No space left" in warnings[0]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err

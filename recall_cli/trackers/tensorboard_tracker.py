@@ -22,7 +22,27 @@ HPARAM_METRICS = ("eval/main", "train/distance", "probe/sts_retained", "summary/
 
 
 def open_tracker(info: RunInfo) -> TensorBoardTracker:
+    _quiet_writer_threads()
     return TensorBoardTracker(info)
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard writes events from a thread of its own: a failure there (a full disk) printed that
+    thread's traceback in the middle of the run. Its next write raises the same error in the run's own
+    thread, where the trackers name it in one warning and stop reporting to it: the traceback is noise."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "recall_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        previous(args)
+
+    hook.recall_quiet = True
+    threading.excepthook = hook
 
 
 def hparam_value(value: Any) -> Any:
