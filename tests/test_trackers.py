@@ -449,6 +449,7 @@ def test_every_tracker_has_its_extra_and_the_tests_install_them():
     assert "recall-finetune[trackers]" in extras["dev"]  # CI runs these tests, it does not skip them
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the thread's traceback, as pytest sees it
 def test_a_tensorboard_write_failing_in_its_thread_is_one_warning_without_a_traceback(tmp_path, capfd):
     """TensorBoard's disk full mid-run: its writer thread's traceback was printed; now the run's next
     write names it in one warning and the tracker is dropped (metrics.jsonl keeps every record)."""
