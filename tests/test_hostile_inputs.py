@@ -219,7 +219,7 @@ def test_an_output_path_that_cannot_be_a_folder_is_exit_4_before_the_merge(runs,
         result = invoke("merge", runs["a"], runs["b"], "--out", out, "--method", "linear")
         assert result.exit_code == 4
         assert one_error_line(result).startswith(f"error: {said}: remove it, or choose another path")
-    monkeypatch.setattr(rundir, "_read_only", lambda folder: True)
+    monkeypatch.setattr(rundir.writing, "_read_only", lambda folder: True)
     result = invoke("merge", runs["a"], runs["b"], "--out", tmp_path / "ro", "--method", "linear")
     assert result.exit_code == 4
     assert one_error_line(result) == (f"error: --out {tmp_path / 'ro'}: {tmp_path} is on a read-only file system: "

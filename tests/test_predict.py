@@ -207,7 +207,7 @@ def test_a_stop_while_writing_leaves_no_file_and_no_staging_file(mrpc_run, tmp_p
     def stop(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rundir.os, "replace", stop)  # Ctrl-C between staging the file and renaming it
+    monkeypatch.setattr(rundir.writing.os, "replace", stop)  # Ctrl-C between staging the file and renaming it
     result = predict(mrpc_run, "--split", "dev", "--out", tmp_path / "p.tsv")
     assert result.exit_code == 130 and "nothing was written" in result.output
     assert list(tmp_path.iterdir()) == []
