@@ -3,7 +3,7 @@
 Each key of ``recall_cli.recipe.all_keys()`` gets its type (the dataclass field's annotation), its
 default, what it means (the comments beside and above the field in recipe.py, and what reads it:
 names.METHODS, recipe_advice.RECALL_KEYS) and the checks that refuse a value (the messages of
-recipe.check_recipe and methods.check_methods that start with the key). Nothing is written by hand,
+recipe_checks.check_recipe and methods.check_methods that start with the key). Nothing is written by hand,
 so the page cannot drift from the schema: `make docs` runs this first, and tests/test_docs.py checks
 that the committed page is what this script writes.
 
@@ -32,7 +32,8 @@ from recall_cli.names import METHODS, OPTIMIZERS  # noqa: E402
 from recall_cli.recipe_advice import RECALL_KEYS  # noqa: E402
 
 # Where the checks live: the recipe's own and the methods' (each message starts with the key it is about).
-CHECK_SOURCES = (REPO / "recall_cli" / "recipe.py", REPO / "recall_cli" / "methods" / "__init__.py")
+CHECK_SOURCES = (REPO / "recall_cli" / "recipe.py", REPO / "recall_cli" / "recipe_checks.py",
+                 REPO / "recall_cli" / "methods" / "__init__.py")
 KEY = r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*"
 
 

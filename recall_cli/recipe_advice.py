@@ -1,5 +1,5 @@
 """Advice on a valid recipe: what its schedule will do to a run of this length, and which of its keys
-the run will not read. Warnings, never errors (recipe.check_recipe has those)."""
+the run will not read. Warnings, never errors (recipe_checks.check_recipe has those)."""
 
 from __future__ import annotations
 
