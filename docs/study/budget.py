@@ -117,7 +117,9 @@ def command(task: str, family: str, seed: int) -> list[str]:
 
 
 def done(task: str, family: str, seed: int) -> bool:
-    return (cell_dir(task, family, seed) / "summary.json").is_file()
+    """Finished here, or committed (runs/ is not: a new checkout continues from the records)."""
+    committed = (PILOT if family in CHECKS else DOCS) / task / family / f"s{seed}" / "summary.json"
+    return (cell_dir(task, family, seed) / "summary.json").is_file() or committed.is_file()
 
 
 def tidy(task: str, family: str, seed: int) -> None:
@@ -161,7 +163,7 @@ def collect_one(task: str, family: str, seed: int) -> None:
 
 def collect() -> None:
     for cell in cells():
-        if done(*cell):
+        if (cell_dir(*cell) / "summary.json").is_file():
             collect_one(*cell)
 
 
