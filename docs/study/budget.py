@@ -87,7 +87,7 @@ def base(task: str, seed: int, out: Path) -> list[str]:
     folder, epochs = TASKS.get(task, ("SST-2", 1))
     epoch = steps_per_epoch(task)
     return [f"recipes/minilm_{task}.yaml", f"model.name_or_path={PRETRAINED}", f"task.data_dir=data/glue/{folder}",
-            "task.max_seq_length=128", f"task.holdout={HOLDOUT}", "optimizer.lr=2e-5", "optimizer.weight_decay=0",
+            "task.max_seq_length=128", "model.init=pretrained", f"task.holdout={HOLDOUT}", "optimizer.lr=2e-5", "optimizer.weight_decay=0",
             f"train.batch_size={BATCH}", "train.max_steps=null", f"train.epochs={epochs}", "train.warmup_steps=0",
             "train.precision=auto", "train.compile=off", f"train.seed={seed}", "train.log_every=20",
             f"train.eval_every={epoch}", "train.save_every=0", f"output_dir={out}"]

@@ -65,7 +65,9 @@ def check_methods(recipe: Recipe) -> list[str]:
     k, lora, tr, o = recipe.keep, recipe.model.lora, recipe.train, recipe.optimizer
     if k.embeddings < 0:
         problems.append(f"keep.embeddings: the anchor's weight must be >= 0 (0 = off), got {k.embeddings}")
-    if k.embeddings > 0 and recipe.model.init == "random":
+    # RI only under RecAdam: an optimizer without recall terms sets model.init aside (recipe_advice.runnable).
+    random_init = recipe.model.init == "random" and OPTIMIZERS[o.name].anchored
+    if k.embeddings > 0 and random_init:
         problems.append("keep.embeddings: a random-init run has no pretrained function to keep "
                         "(set model.init=pretrained, or keep.embeddings=0)")
     if tr.linear_probe_lr is not None and tr.linear_probe_lr <= 0:
@@ -87,7 +89,7 @@ def check_methods(recipe: Recipe) -> list[str]:
         if OPTIMIZERS[o.name].anchored:
             problems.append(f"model.lora.r: {o.name}'s pull toward theta* has nothing to act on under LoRA (the "
                             "pretrained weights stay frozen and the adapters start at zero): use optimizer.name=adamw")
-        if recipe.model.init == "random":
+        if random_init:
             problems.append("model.lora.r: adapters on a random-init model train a random encoder's few weights "
                             "(set model.init=pretrained, or model.lora.r=0)")
         if tr.linear_probe_steps > 0:
