@@ -38,7 +38,7 @@ from .setup import Start, Training, prepare, set_up
 
 
 # (inputs on the device, the loss weight of this rank's share, the examples' indices in the training split)
-MicroBatch = tuple[dict[str, torch.Tensor], float, torch.Tensor]
+MicroBatch = tuple[dict[str, torch.Tensor], float, torch.Tensor | None]
 
 
 def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -82,8 +82,10 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         task = t.recipe.task
         rows = mine or indices[:1]
         batch = data.collate(t.task.train, rows, t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
-        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share,
-                    torch.tensor(rows, dtype=torch.long, device=t.device)))
+        # The examples' indices only where a term looks rows up by them (the anchor's cache): without
+        # methods the step moves nothing more to the device than before.
+        indices_of = torch.tensor(rows, dtype=torch.long, device=t.device) if t.terms else None
+        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share, indices_of))
         samples += len(indices)
     return out, samples
 
