@@ -128,10 +128,12 @@ def test_fast_kernels_match_single_tensor_on_cuda(kernel):
         # v = b2*v + (1-b2)*g^2 in fp32: the fused kernel contracts it into FMAs, which round once where the
         # single-tensor path rounds twice, so entries differ by a few ulps of the largest ones they are
         # summed with (an H100 showed 6.3e-10 absolute). A few ulps (2^-23 each) of the tensor's largest
-        # entry bound that; a real bug (a wrong b2, a missing square) is off by orders of magnitude more.
+        # entry bound that. And after 40 steps the two runs' parameters, hence gradients, differ by up to
+        # the 1e-5 relative checked above; v is g squared, so its relative difference is twice that (an H200
+        # showed 1.35e-5). A real bug (a wrong b2, a missing square) is off by orders of magnitude more.
         expected = single_opt.state[p]["exp_avg_sq"]
         ulps = 8 * torch.finfo(torch.float32).eps * expected.abs().max().item()
-        torch.testing.assert_close(opt.state[q]["exp_avg_sq"], expected, rtol=1e-5, atol=max(ulps, 1e-12))
+        torch.testing.assert_close(opt.state[q]["exp_avg_sq"], expected, rtol=2e-5, atol=max(ulps, 1e-12))
     # theta* followed the parameters onto the GPU.
     assert all(a.is_cuda for _, a in opt.anchored())
 
