@@ -126,9 +126,12 @@ def evaluate_checkpoint(
     split: str | None = None,
     batch_size: int | None = None,
     device: str = "auto",
+    holdout: bool = False,
 ) -> dict[str, Any]:
     """Score a run directory's best/ (else last/) checkpoint, or a checkpoint folder, with the run's
-    tokenization and eval batch size, so that the numbers agree with the ones the run recorded."""
+    tokenization and eval batch size, so that the numbers agree with the ones the run recorded.
+    ``holdout``: a run trained with task.holdout also has its held-out training rows scored (the same
+    rows the run held out: the split is fixed by the task, not the seed), under "holdout_metrics"."""
     from . import data
     from .model import load_checkpoint_model, load_tokenizer
     from .runtime import autocast_for, resolve_device, resolve_precision
@@ -154,6 +157,22 @@ def evaluate_checkpoint(
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
     model.to(dev_device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    metrics = score(model, spec, dev, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
-    return {"checkpoint": str(folder), "task": spec.name, "splits": splits, "examples": {k: len(v) for k, v in dev.items()},
-            "metrics": metrics}
+    autocast = autocast_for(precision, dev_device)
+    metrics = score(model, spec, dev, batch_size, dev_device, pad_id, autocast)
+    scored_run = {"checkpoint": str(folder), "task": spec.name, "splits": splits,
+                  "examples": {k: len(v) for k, v in dev.items()}, "metrics": metrics}
+    if holdout and task_cfg.holdout > 0:
+        held = held_out_rows(task_cfg, spec, tokenizer)
+        scored_run["holdout_metrics"] = score(model, spec, {"holdout": held}, batch_size, dev_device, pad_id, autocast)
+        scored_run["examples"]["holdout"] = len(held.labels)
+    return scored_run
+
+
+def held_out_rows(task_cfg: Any, spec: Any, tokenizer: Any) -> Any:
+    """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
+    from . import data
+
+    train = data.load_split(task_cfg, "train", task_cfg.max_train_examples)
+    _, held = data.holdout_split(train.labels, task_cfg.holdout, regression=spec.num_labels == 1)
+    rows = data.Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
+    return data.tokenize(rows, tokenizer, task_cfg.max_seq_length)

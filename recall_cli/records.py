@@ -118,8 +118,9 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     reference = against or recipe.model.name_or_path
     step = _source_step(source.run_dir, merge, folder)
 
-    scored = evaluate_checkpoint(folder, device=device)
+    scored = evaluate_checkpoint(folder, device=device, holdout=True)
     eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, reference)}
+    held = scored.get("holdout_metrics")
     probe_record = None
     if probe:
         cfg: ProbeConfig = recipe.probe
@@ -133,6 +134,11 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
     raw["output_dir"] = str(out)
     raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": reference, **_merge_section(folder, merge)}
     scores = {k: v for k, v in eval_record.items() if k != "split"}
+    scoring = [eval_record]
+    if held is not None:  # as a run trained with task.holdout writes them: the holdout's eval, dev as the test
+        scores = {**scores, "holdout": held, "dev": dict(scored["metrics"])}
+        scoring = [{"step": step, "split": "eval", "data": "holdout", **held, "distance": eval_record["distance"]},
+                   {**eval_record, "split": "test", "data": "dev"}]
     summary = Summary(
         record=True, task=recipe.task.name, optimizer=recipe.optimizer.name, init=recipe.model.init,
         seed=recipe.train.seed, steps=step, finished=True, final=scores, best=scores,
@@ -140,7 +146,7 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
         probe={k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
         checkpoint=str(folder), against=reference,
     )
-    _write_atomically(out, raw, [eval_record] + ([probe_record] if probe_record else []), summary, overwrite)
+    _write_atomically(out, raw, scoring + ([probe_record] if probe_record else []), summary, overwrite)
     return summary.to_dict()
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from recall_cli.cli import app
 from recall_cli.testing import tiny_bert
 
-from conftest import make_run
+from conftest import make_run, tiny_recipe, write_recipe
 
 runner = CliRunner()
 PROBE_SMALL = {"num_texts": 16, "num_pairs": 12, "max_length": 32}
@@ -194,7 +194,6 @@ def test_eval_at_carries_the_logged_distance_and_training_time(tmp_path):
 @pytest.mark.slow
 def test_record_distance_matches_a_real_runs_final_distance(tiny_model_dir, tmp_path):
     """On a real 4-step run, the record's ‖θ − θ*‖ of last/ equals the distance the run logged."""
-    from conftest import tiny_recipe, write_recipe
 
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 4, "eval_every": 0, "log_every": 2},
                          probe={"enabled": False})
@@ -205,3 +204,27 @@ def test_record_distance_matches_a_real_runs_final_distance(tiny_model_dir, tmp_
     assert rec["final_distance"] == pytest.approx(summary["final_distance"], rel=1e-6)
     assert rec["final"]["main"] == summary["final"]["main"]
     assert torch.isfinite(torch.tensor(rec["final_distance"]))
+
+
+@pytest.mark.slow
+def test_record_of_a_holdout_run_scores_the_rows_the_run_held_out(tiny_model_dir, tmp_path):
+    """A run trained with task.holdout: its record scores dev and the same held-out training rows, and
+    writes them as the run did (the holdout's eval, dev as the test), so tradeoff --select-on holdout
+    reads a merge output or WiSE-FT point beside the runs. Scoring best/ = the final weights here gives
+    the run's own numbers exactly."""
+    run_dir = tmp_path / "held"
+    recipe = tiny_recipe(tiny_model_dir, run_dir, task={"holdout": 0.25}, optimizer={"name": "adamw"},
+                         train={"eval_every": 12}, probe=PROBE_SMALL)
+    code, stdout, stderr = invoke("finetune", write_recipe(tmp_path / "r.yaml", recipe), "--plain")
+    assert code == 0, stdout + stderr
+    trained = json.loads((run_dir / "summary.json").read_text())["final"]
+    summary = record(run_dir, tmp_path / "rec", "--against", tiny_model_dir)
+    assert summary["final"]["holdout"] == trained["holdout"]
+    assert summary["final"]["dev"] == trained["dev"] and summary["final"]["main"] == trained["dev"]["main"]
+    held, test, probe = records_of(tmp_path / "rec")
+    assert (held["split"], held.get("data"), test["split"], test.get("data"), probe["split"]) == \
+        ("eval", "holdout", "test", "dev", "probe")
+    code, stdout, stderr = invoke("tradeoff", tmp_path / "rec", "--x", "main", "--y", "sts_retained", "--within", "1",
+                                  "--select-on", "holdout", "--json", "--out", tmp_path / "t.png")
+    assert code == 0, stdout + stderr
+    assert json.loads(stdout)[0]["holdout"]["main"] == trained["holdout"]["main"]

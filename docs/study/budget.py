@@ -3,6 +3,7 @@ most of all-MiniLM-L6-v2's STS skill at no task cost, chosen on a holdout, over 
 
     python docs/study/budget.py plan              # the cells and their order, with what is done
     python docs/study/budget.py run [--only TASK] # train the cells not done yet, in order (resumable)
+    python docs/study/budget.py merge [--seeds S]  # WiSE-FT and RECALL from the vanilla / LP-FT cells' best/ here
     python docs/study/budget.py collect           # copy the small records into docs/study/runs/budget/
     python docs/study/budget.py report            # tables and figures from the committed records alone
 
@@ -200,6 +201,71 @@ def write_tar(path: Path) -> None:
     os.replace(partial, path)
 
 
+# ---- merges: WiSE-FT and RECALL, from the best/ checkpoints the vanilla and LP-FT cells left here -------
+# WiSE-FT (Wortsman et al. 2022): (1 - alpha) theta* + alpha theta, at alpha 0.25 / 0.5 / 0.75, after vanilla and
+# after LP-FT; RECALL (recall merge --method recall) of theta* and the vanilla run at two temperatures (0.05,
+# the default, and 0.5). best/ is the checkpoint the holdout chose. Each merge is scored into a record with
+# `recall evaluate --record` (dev, the same holdout rows, the probes) and its weights deleted.
+ALPHAS = ("0.25", "0.5", "0.75")
+TAUS = ("0.05", "0.5")
+
+
+def merges(task: str, seed: int) -> dict[str, tuple[str, list[str]]]:
+    """Merge family -> (source family, `recall merge` arguments after the models)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for source in ("vanilla", "lpft"):
+        for alpha in ALPHAS:
+            out[f"wise_{source}_a{alpha}"] = (source, ["--method", "linear", "--weights", f"{1 - float(alpha):g},{alpha}"])
+    for tau in TAUS:
+        out[f"recall_t{tau}"] = ("vanilla", ["--method", "recall", "--temperature", tau])
+    return out
+
+
+def merge_cells(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str, int]]:
+    """The merges whose source best/ is here and whose record is not done yet."""
+    todo = []
+    for seed in seeds:
+        for task in TASKS:
+            for family, (source, _) in merges(task, seed).items():
+                if (cell_dir(task, source, seed) / "best").is_dir() and not done(task, family, seed):
+                    todo.append((task, family, seed))
+    return todo
+
+
+def merge_one(task: str, family: str, seed: int) -> int:
+    source, args = merges(task, seed)[family]
+    staged = RUNS / "merges" / task / family / f"s{seed}"
+    if staged.exists():
+        shutil.rmtree(staged)
+    cli = [sys.executable, "-m", "recall_cli"]
+    logs = RUNS / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{task}_{family}_s{seed}.log", "a", encoding="utf-8") as log:
+        code = subprocess.call(cli + ["merge", PRETRAINED, str(cell_dir(task, source, seed)), *args, "--out", str(staged)],
+                               stdout=log, stderr=subprocess.STDOUT)
+        if code == 0:
+            merged = staged / f"s{seed}"  # recall merge names each model's folder after its run (θ*'s has no head)
+            code = subprocess.call(cli + ["evaluate", str(merged), "--record", str(cell_dir(task, family, seed)), "--against",
+                                          PRETRAINED, "--overwrite"], stdout=log, stderr=subprocess.STDOUT)
+    if staged.exists():
+        shutil.rmtree(staged)
+    return code
+
+
+def run_merges(seeds: tuple[int, ...]) -> int:
+    todo = merge_cells(seeds)
+    print(f"{len(todo)} merges to run", flush=True)
+    for task, family, seed in todo:
+        started = time.time()
+        code = merge_one(task, family, seed)
+        print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: exit {code} after {time.time() - started:.0f} s", flush=True)
+        if code in (130, 143):
+            return code
+        if code == 0:
+            collect_one(task, family, seed)
+    return 0
+
+
 def collect_one(task: str, family: str, seed: int) -> None:
     src, dest = cell_dir(task, family, seed), (PILOT if family in CHECKS else DOCS) / task / family / f"s{seed}"
     dest.mkdir(parents=True, exist_ok=True)
@@ -282,6 +348,8 @@ def main() -> int:
     r.add_argument("--deadline", type=float, help="seconds after which no cell starts")
     r.add_argument("--cuda-check", action="store_true", help="also seed 1's vanilla MRPC cell on the GPU (vanilla_cuda)")
     r.add_argument("--tar", type=Path, help="after each cell, the records and logs so far into this tar file")
+    m = sub.add_parser("merge")
+    m.add_argument("--seeds", default="1-5", help="e.g. 1, 2-5 or 1,3 (default 1-5)")
     sub.add_parser("collect")
     sub.add_parser("report")
     args = parser.parse_args()
@@ -289,6 +357,8 @@ def main() -> int:
         plan()
     elif args.what == "run":
         return run(args.only, parse_seeds(args.seeds), args.jobs, args.deadline, args.cuda_check, args.tar)
+    elif args.what == "merge":
+        return run_merges(parse_seeds(args.seeds))
     elif args.what == "report":
         return report()
     else:

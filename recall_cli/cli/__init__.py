@@ -274,7 +274,8 @@ def evaluate(
                 typer.echo(dumps_json(summary))
                 return
             final, measured = summary["final"], summary.get("probe") or {}
-            shown = [f"{k}={final[k]:.4g}" for k in final if k not in ("step",)]
+            shown = [f"{k}={final[k]:.4g}" for k in final if k not in ("step", "holdout", "dev")]
+            shown += [f"holdout_main={final['holdout']['main']:.4g}"] if "holdout" in final else []
             shown += [f"{k}={measured[k]:.4g}" for k in ("sts_retained", "cka", "drift") if k in measured]
             typer.echo(f"{summary['task']} {summary['checkpoint']}: " + " ".join(shown))
             typer.echo(f"record: {record}")
