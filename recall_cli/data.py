@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .errors import DataError
-from .names import TASKS
+from .names import TASKS, Task, custom_task
 
 
 
@@ -32,38 +32,6 @@ from .names import TASKS
 # Tasks
 # --------------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What a task looks like: which columns hold text and label, and how it is scored."""
-
-    name: str  # "cola", ..., or "custom"
-    text_fields: tuple[str, ...]  # 1 or 2 column names; a pair means sentence-pair encoding
-    label_field: str
-    label_names: tuple[str, ...] | None  # label values as written in the file, index = class id
-    num_labels: int  # 1 for regression
-    main_metric: str  # "mcc", "pearson" or "accuracy"
-    dev_splits: tuple[str, ...] = ("dev",)
-    extra_metrics: tuple[str, ...] = ()  # beside accuracy or pearson/spearman: "mcc", "f1"
-    class_names: tuple[str, ...] | None = None  # config.json's id2label; None: label_names
-
-    @property
-    def id2label(self) -> tuple[str, ...] | None:
-        """What each class is called in a saved model's config.json: SST-2's negative/positive."""
-        return self.class_names or self.label_names
-
-    @property
-    def is_regression(self) -> bool:
-        return self.num_labels == 1
-
-
-# The GLUE tasks (names.TASKS: columns, labels, metrics, folders) as the loaders and metrics read them.
-GLUE_TASKS: dict[str, TaskSpec] = {
-    name: TaskSpec(name, t.text_fields, t.label_field, t.labels, t.num_labels, t.main_metric, t.dev_splits,
-                   t.extra_metrics, t.class_names)
-    for name, t in TASKS.items()
-}
-GLUE_FOLDERS: dict[str, str] = {name: t.folder for name, t in TASKS.items()}
 
 # CoLA's TSV has no header: source, label, original mark, sentence.
 _COLA_COLUMNS = 4
@@ -78,18 +46,18 @@ _HUB_SPLITS = {
 }
 
 
-def task_spec(task_cfg: Any) -> TaskSpec:
-    """The :class:`TaskSpec` for a task config (a GLUE name, or ``custom`` described by the config)."""
+def task_spec(task_cfg: Any) -> Task:
+    """The :class:`~recall_cli.names.Task` for a task config (a GLUE name, or ``custom`` described by the config)."""
     name = task_cfg.name
-    if name in GLUE_TASKS:
-        return GLUE_TASKS[name]
+    if name in TASKS:
+        return TASKS[name]
     if name != "custom":
-        choices = ", ".join(GLUE_TASKS)
+        choices = ", ".join(TASKS)
         raise DataError(f"unknown task '{name}': set task.name to one of {choices}, or custom")
     return _custom_spec(task_cfg)
 
 
-def _custom_spec(task_cfg: Any) -> TaskSpec:
+def _custom_spec(task_cfg: Any) -> Task:
     text_fields = tuple(task_cfg.text_fields or ())
     if len(text_fields) not in (1, 2):
         raise DataError(
@@ -117,7 +85,7 @@ def _custom_spec(task_cfg: Any) -> TaskSpec:
                 "custom task: task.num_labels=1 means regression, which takes no task.label_names: "
                 "remove task.label_names or set task.num_labels to the number of classes"
             )
-        return TaskSpec("custom", text_fields, task_cfg.label_field, None, 1, "pearson")
+        return custom_task(text_fields, task_cfg.label_field, None)
 
     if label_names is None:
         # Without names the file is expected to hold the class ids themselves.
@@ -129,7 +97,7 @@ def _custom_spec(task_cfg: Any) -> TaskSpec:
         )
     if len(set(label_names)) != len(label_names):
         raise DataError(f"custom task: task.label_names={list(label_names)} has duplicates")
-    return TaskSpec("custom", text_fields, task_cfg.label_field, label_names, num_labels, "accuracy")
+    return custom_task(text_fields, task_cfg.label_field, label_names)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,7 +133,7 @@ def load_split(task_cfg: Any, split: str, limit: int | None = None) -> Examples:
     return examples
 
 
-def _normalise_split(spec: TaskSpec, split: str) -> str:
+def _normalise_split(spec: Task, split: str) -> str:
     if split == "dev" and "dev" not in spec.dev_splits:
         return spec.dev_splits[0]  # the headline one: MNLI's matched set
     allowed = ("train", *spec.dev_splits)
@@ -177,7 +145,7 @@ def _normalise_split(spec: TaskSpec, split: str) -> str:
 class _Labels:
     """Turns label values into class ids or floats, with errors that point at the offending line."""
 
-    def __init__(self, spec: TaskSpec, fix: str) -> None:
+    def __init__(self, spec: Task, fix: str) -> None:
         self.spec = spec
         self.fix = fix  # what to tell the user when a class label is unknown
         self.ids = {name: i for i, name in enumerate(spec.label_names or ())}
@@ -254,9 +222,9 @@ def _check_width(path: Path, line: int, row: list[str], width: int, what: str) -
         )
 
 
-def _load_glue_tsv(spec: TaskSpec, data_dir: Path, split: str) -> Examples:
+def _load_glue_tsv(spec: Task, data_dir: Path, split: str) -> Examples:
     path = data_dir / f"{split}.tsv"
-    folder = GLUE_FOLDERS[spec.name]
+    folder = spec.folder
     fix = f"set task.data_dir to the GLUE {folder} folder itself, e.g. task.data_dir=data/glue/{folder}"
     # GLUE TSVs are tab-separated with quoting off: MRPC, STS-B and RTE hold unpaired double quotes.
     rows = _delimited_rows(path, _read_text(path, fix), "\t", csv.QUOTE_NONE)
@@ -286,9 +254,9 @@ def _load_glue_tsv(spec: TaskSpec, data_dir: Path, split: str) -> Examples:
     return _non_empty(Examples(texts, values, str(path)))
 
 
-def _load_glue_hub(spec: TaskSpec, split: str) -> Examples:
+def _load_glue_hub(spec: Task, split: str) -> Examples:
     source = f"nyu-mll/glue ({spec.name}, {_HUB_SPLITS[split]})"
-    folder = GLUE_FOLDERS[spec.name]
+    folder = spec.folder
     try:
         # Imported here: `datasets` is slow to import and only this path needs it.
         import datasets
@@ -313,7 +281,7 @@ def _load_glue_hub(spec: TaskSpec, split: str) -> Examples:
     return _non_empty(Examples(texts, values, source))
 
 
-def _load_custom(task_cfg: Any, spec: TaskSpec, split: str) -> Examples:
+def _load_custom(task_cfg: Any, spec: Task, split: str) -> Examples:
     key = "train_file" if split == "train" else "dev_file"
     filename = getattr(task_cfg, key)
     if not filename:

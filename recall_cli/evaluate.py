@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .data import Features, TaskSpec, collate
+from .data import Features, collate
+from .names import Task
 from .distributed import Distributed
 from .metrics import compute_metrics
 
@@ -58,7 +59,7 @@ def predict(
 
 def score(
     model: torch.nn.Module,
-    task: TaskSpec,
+    task: Task,
     dev: dict[str, Features],
     batch_size: int,
     device: torch.device,

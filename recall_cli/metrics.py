@@ -16,10 +16,10 @@ from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 if TYPE_CHECKING:
-    from .data import TaskSpec
+    from .names import Task
 
 
-def compute_metrics(task: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def compute_metrics(task: Task, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Score raw model outputs against the gold labels.
 
     ``predictions`` are logits of shape [n, num_labels] (a 1-D array is taken as predicted class
@@ -36,7 +36,7 @@ def compute_metrics(task: TaskSpec, predictions: np.ndarray, labels: np.ndarray)
     return metrics
 
 
-def _classification(task: TaskSpec, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def _classification(task: Task, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     _check_lengths(predicted, labels)
     metrics = {"accuracy": float(accuracy_score(labels, predicted))}
     if "f1" in task.extra_metrics or (task.name == "custom" and task.num_labels == 2):

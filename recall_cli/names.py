@@ -42,6 +42,26 @@ class Task:
     def num_labels(self) -> int:
         return len(self.labels) if self.labels else 1  # 1: regression
 
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        """The label values as the files write them, index = class id (None: regression)."""
+        return self.labels
+
+    @property
+    def id2label(self) -> tuple[str, ...] | None:
+        """What each class is called in a saved model's config.json: SST-2's negative/positive."""
+        return self.class_names or self.labels
+
+    @property
+    def is_regression(self) -> bool:
+        return self.num_labels == 1
+
+
+def custom_task(text_fields: tuple[str, ...], label_field: str, labels: tuple[str, ...] | None) -> Task:
+    """A user's own task (task.name custom): no GLUE folder, scored by accuracy, or Pearson for regression."""
+    return Task("custom", "custom", "", text_fields, label_field, labels, text_fields,
+                "accuracy" if labels else "pearson", 0)
+
 
 _BINARY = ("0", "1")
 _NLI2 = ("entailment", "not_entailment")

@@ -135,10 +135,10 @@ def _pick_text_columns(source: Path | str, names: list[str], spec: Any, where: s
 
 
 def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
-    from .data import GLUE_FOLDERS, _check_width, _delimited_rows, _read_text
+    from .data import _check_width, _delimited_rows, _read_text
 
     path = data_dir / f"{split}.tsv"
-    folder = GLUE_FOLDERS[spec.name]
+    folder = spec.folder
     if not path.is_file():
         raise DataError(
             f"{path}: no such file: the GLUE {folder} folder has no {split} split (the copies in data/glue/ "
@@ -165,10 +165,9 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
 
 
 def _glue_test_hub(spec: Any, split: str) -> Rows:
-    from .data import GLUE_FOLDERS
     from .names import TASKS
 
-    folder = GLUE_FOLDERS[spec.name]
+    folder = spec.folder
     columns = TASKS[spec.name].hub_text_columns
     try:
         import datasets

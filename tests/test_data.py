@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from recall_cli.data import (
-    GLUE_FOLDERS,
-    GLUE_TASKS,
     DataError,
     Examples,
     Features,
@@ -23,6 +21,7 @@ from recall_cli.data import (
     task_spec,
     tokenize,
 )
+from recall_cli.names import TASKS as GLUE_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +55,7 @@ def cfg(name: str, **overrides) -> SimpleNamespace:
 
 
 def glue_cfg(task: str, data_dir: Path | None = None) -> SimpleNamespace:
-    return cfg(task, data_dir=str(data_dir or glue_dir() / GLUE_FOLDERS[task]))
+    return cfg(task, data_dir=str(data_dir or glue_dir() / GLUE_TASKS[task].folder))
 
 
 def message(excinfo: pytest.ExceptionInfo) -> str:

@@ -8,12 +8,13 @@ import warnings
 import numpy as np
 import pytest
 
-from recall_cli.data import GLUE_TASKS, TaskSpec
 from recall_cli.metrics import compute_metrics
+from recall_cli.names import TASKS as GLUE_TASKS
+from recall_cli.names import custom_task
 
-CUSTOM_BINARY = TaskSpec("custom", ("text",), "label", ("neg", "pos"), 2, "accuracy")
-CUSTOM_THREE = TaskSpec("custom", ("text",), "label", ("a", "b", "c"), 3, "accuracy")
-CUSTOM_REGRESSION = TaskSpec("custom", ("a", "b"), "score", None, 1, "pearson")
+CUSTOM_BINARY = custom_task(("text",), "label", ("neg", "pos"))
+CUSTOM_THREE = custom_task(("text",), "label", ("a", "b", "c"))
+CUSTOM_REGRESSION = custom_task(("a", "b"), "score", None)
 
 
 def logits_for(classes: list[int], num_labels: int = 2) -> np.ndarray:

@@ -43,14 +43,14 @@ def choose(given: tuple[list[tuple[str, ...]], str] | None, task: str | None,
 
 
 def _task_config(task: str, recipe: dict[str, Any] | None):
-    from ..data import GLUE_FOLDERS
+    from ..names import TASKS
     from ..recipe import TaskConfig
 
     recorded = (recipe or {}).get("task") or {}
     if recorded.get("name") == task:
         known = {k: v for k, v in recorded.items() if k in TaskConfig.__dataclass_fields__}
         return TaskConfig(**known)
-    shipped = Path("data") / "glue" / GLUE_FOLDERS.get(task, task)
+    shipped = Path("data") / "glue" / (TASKS[task].folder if task in TASKS else task)
     return TaskConfig(name=task, data_dir=str(shipped) if shipped.is_dir() else None)
 
 

@@ -2,6 +2,7 @@
 
 from .anneal import ANNEAL_FUNCTIONS, anneal_lambda
 from .distance import distance_to_anchor
-from .recadam import RecAdam, pull_weight
+from .kernels import pull_weight
+from .recadam import RecAdam
 
 __all__ = ["ANNEAL_FUNCTIONS", "RecAdam", "anneal_lambda", "distance_to_anchor", "pull_weight"]

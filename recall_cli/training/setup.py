@@ -28,7 +28,7 @@ from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
 from ..methods import lpft
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
-from ..names import OPTIMIZERS
+from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
@@ -42,7 +42,7 @@ from .progress import Reporter
 
 @dataclass
 class TaskData:
-    spec: data.TaskSpec
+    spec: Task
     train: data.Features
     dev: dict[str, data.Features]
     holdout: data.Features | None = None  # task.holdout's rows, taken out of train
@@ -164,7 +164,7 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
-def _load_model(recipe: Recipe, spec: data.TaskSpec, last: Path | None) -> tuple[BuiltModel, Any]:
+def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltModel, Any]:
     """(the model with theta*, peft's model around it under LoRA or None). A resumed run's weights come
     from last/; a LoRA run's last/ holds merged weights, so it starts from theta* again and loads its
     adapters from last/adapter."""
