@@ -93,6 +93,11 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          "accuracy", 635, alt_text_fields=("question", "sentence"), class_names=("not_entailment", "entailment")),
 )}
 GLUE_TASK_NAMES = tuple(TASKS)
+# Each task metric (metrics.jsonl's key) as tables and figure axes name it.
+METRIC_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
+
+# model.init as the paper's tables name it: PI starts from theta*, RI from random weights that RecAdam recalls toward it.
+INIT_TITLES = {"pretrained": "PI", "random": "RI"}
 
 
 # ---- optimizers ----------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ class MethodSpec(Protocol):
 
     name: str  # --method NAME, and merge.json's "method"
     label: str  # how --help names it ("RECALL")
+    title: str  # how reports and figures name its outputs ("linear merge")
     options: tuple[Option, ...]
 
     @classmethod

@@ -42,6 +42,7 @@ def parse_weights(text: str | Sequence[float]) -> tuple[float, ...]:
 
 class Linear:
     name = "linear"
+    title = "linear merge"  # as reports and figures name it
     label = "linear"
     needs_base = False
     options = (Option("weights", str, "one weight per model, comma-separated (default: equal).", parse=parse_weights),)

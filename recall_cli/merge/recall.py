@@ -58,6 +58,7 @@ class Recall(Linear):
     """RECALL's merge: the linear method with the weights per layer that ``build`` computes."""
 
     name = "recall"
+    title = "RECALL"  # as reports and figures name it
     label = "RECALL"
     options = (
         Option("reference", str, "the newest model, whose task gives the samples (default: the last MODEL)."),

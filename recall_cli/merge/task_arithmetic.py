@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class TaskArithmetic:
     name = "task_arithmetic"
+    title = "task arithmetic"  # as reports and figures name it
     label = "task_arithmetic"
     needs_base = True
     options = (BASE, Option("lambda", float, LAMBDA_HELP, default=0.5, parse=check_lambda))

@@ -84,6 +84,7 @@ def check_density(value: float) -> float:
 
 class Ties:
     name = "ties"
+    title = "TIES"  # as reports and figures name it
     label = "ties"
     needs_base = True
     options = (

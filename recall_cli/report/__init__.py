@@ -23,7 +23,6 @@ from ..errors import ReportError
 from .comparison import (
     AT,
     GLUE_TRAIN_SIZES,
-    INIT_NAMES,
     METHOD_NAMES,
     PRESETS,
     RUN_MEASURES,
@@ -66,7 +65,7 @@ from .tables import (
 )
 
 __all__ = [
-    "AT", "FORMATS", "GLUE_TRAIN_SIZES", "INIT_NAMES", "LABEL_NAMES", "LOWER_IS_BETTER", "METHOD_NAMES",
+    "AT", "FORMATS", "GLUE_TRAIN_SIZES", "LABEL_NAMES", "LOWER_IS_BETTER", "METHOD_NAMES",
     "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RECADAM_ONLY_KEYS", "RUN_MEASURES",
     "SHORT_KEYS", "SMALL_TASK_LIMIT", "STATS", "TASK_TITLES", "Cell", "Comparison", "CurveGroup", "Group",
     "ReportError", "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
-from ..names import OPTIMIZERS, TASKS, is_vanilla
+from ..names import INIT_TITLES, OPTIMIZERS, TASKS, is_vanilla
 from .runs import LABEL_NAMES, RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
 
 PRESETS = ("init", "k", "main")
@@ -30,7 +30,6 @@ TASK_TITLES = {name: t.title for name, t in TASKS.items()}  # in the paper's col
 RUN_MEASURES = ("distance", "train_seconds")
 STATS = ("median", "min", "max", "mean")
 METHOD_NAMES = {name: o.label for name, o in OPTIMIZERS.items()}
-INIT_NAMES = {"pretrained": "PI", "random": "RI"}
 
 
 @dataclass
@@ -199,8 +198,8 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
 def _sort_key(key: str, value: Any) -> tuple:
     if key == "optimizer.name" and value in OPTIMIZERS:
         return (0, OPTIMIZERS[value].report_order, "")
-    if key == "model.init" and value in INIT_NAMES:
-        return (0, list(INIT_NAMES).index(value), "")
+    if key == "model.init" and value in INIT_TITLES:
+        return (0, list(INIT_TITLES).index(value), "")
     if value is None:
         return (-1, 0, "")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -218,7 +217,7 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
         else:
             method = METHOD_NAMES.get(name, str(name)) if "optimizer.name" in settings else "RecAdam"
             if preset == "init" or "model.init" in settings:
-                method += f" + {INIT_NAMES.get(settings.get('model.init'), settings.get('model.init'))}"
+                method += f" + {INIT_TITLES.get(settings.get('model.init'), settings.get('model.init'))}"
             parts.append(method)
     for key, value in settings.items():
         # None is a key the setting leaves unset (a RecAdam key for adamw, a record key for a trained run,

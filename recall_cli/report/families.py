@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import is_vanilla
-from .comparison import INIT_NAMES, METHOD_NAMES, _fmt_setting
+from ..merge import METHODS as MERGE_METHODS
+from ..names import INIT_TITLES
+from .comparison import METHOD_NAMES, _fmt_setting
 from .runs import LABEL_NAMES
 
 FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ", "keep": "embedding anchor"}
-MERGE_TITLES = {"recall": "RECALL", "linear": "linear merge", "task_arithmetic": "task arithmetic", "ties": "TIES"}
 # recall merge's defaults (merge/recall.py): a legend names τ and γ only where they are not these, or vary.
 RECALL_DEFAULTS = {"record.temperature": 0.05, "record.gamma_rule": "hidden"}
 # Keys a name spells in words; any other grouping key is appended as key=value, as group_label does.
@@ -132,7 +133,7 @@ def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str
         return (" + ".join(methods), "trained") if methods else (METHOD_NAMES[optimizer], "vanilla")
     name = METHOD_NAMES.get(optimizer, str(optimizer))
     if "model.init" in shown:
-        name += f" + {INIT_NAMES.get(full.get('model.init'), full.get('model.init'))}"
+        name += f" + {INIT_TITLES.get(full.get('model.init'), full.get('model.init'))}"
     floor = full.get("optimizer.recall_floor") or 0.0
     if floor:
         name += f" floor {floor:g}"
@@ -163,7 +164,7 @@ def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) 
     """The merge part of a scored record's name, its rank's kind and its strength (α, τ or 0)."""
     method = full.get("record.merge")
     others = full.get("record.with") or []
-    title = MERGE_TITLES.get(method, str(method))
+    title = MERGE_METHODS[method].title if method in MERGE_METHODS else str(method)
     tau = full.get("record.temperature")
     details = []
     if method == "recall":

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from ..errors import ReportError
-from ..names import TASKS
+from ..names import METRIC_TITLES, TASKS
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
 from .families import family_title
@@ -144,7 +144,6 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
 
 # Solid, dash-dot, dotted: the dashed line is the one-class score.
 FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":", "embedding anchor": "--"}
-SCORE_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
 MEASURE_TITLES = {
     "sts_retained": "STS skill kept, % of pretrained",
     "sts": "STS Spearman ρ ×100",
@@ -159,8 +158,8 @@ MEASURE_TITLES = {
 def axis_title(metric: str, task: str | None = None) -> str:
     """'dev accuracy ×100', 'dev MCC ×100', 'STS skill kept, % of pretrained': what the axis shows."""
     name = TASKS[task].main_metric if metric == "main" and task in TASKS else metric
-    if name in SCORE_TITLES:
-        return f"dev {SCORE_TITLES[name]} ×100"
+    if name in METRIC_TITLES:
+        return f"dev {METRIC_TITLES[name]} ×100"
     if name in MEASURE_TITLES:
         return MEASURE_TITLES[name]
     return name if points(name) == 1.0 else f"{name} ×100"
