@@ -107,12 +107,13 @@ class TrainConfig:
     eval_every: int = 0  # 0: evaluate at the end only
     save_every: int = 0  # 0: save at each evaluation and at the end
     keep_last: int = 0  # step-numbered checkpoints kept besides last/ and best/
-    # What a finished run keeps: "all" (everything, so that --resume can extend it and merges find
-    # theta* in the run), or "final": best/, last/'s weights, the records, summary and cards; last/'s
-    # optimizer and RNG state, theta* (anchor.safetensors) and checkpoints/ are removed once the run has
-    # finished (about 2/3 of a run's disk: theta* and Adam's two moments). A run stopped before its end
-    # keeps everything, whatever this says, so that --resume continues it.
-    save: Literal["all", "final"] = "all"
+    # What a finished run keeps: "final" (the default): what every later command reads, best/, last/'s
+    # weights, the records, summary and cards; last/'s optimizer and RNG state, theta*
+    # (anchor.safetensors) and checkpoints/ are removed once the run has finished (about 2/3 of a run's
+    # disk: theta* and Adam's two moments). "all" keeps everything, so that --resume can extend the
+    # finished run (more steps or epochs). A run stopped before its end keeps everything, whatever this
+    # says, so that --resume continues it; a run written before this key existed resumes as "all".
+    save: Literal["all", "final"] = "final"
     # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
     # keeps that point as lp/. 0 = off.
     linear_probe_steps: int = 0

@@ -44,8 +44,10 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
         "optimizer": {"name": "recadam", "lr": 1e-3, "anneal_k": 0.5, "anneal_t0": 5, "pretrain_cof": 100.0},
         # fp32, not auto: the resume, DDP and same-seed tests claim exact (or 1e-5) equality in fp32,
         # which must not depend on what auto picks on the CPU that runs them.
+        # save all: many tests read a finished run's optimizer state, RNG state or theta* (exact resume,
+        # DDP, kernels), which the default (train.save: final) removes; tests/test_rundir.py holds the default.
         "train": {"batch_size": 8, "max_steps": 12, "log_every": 2, "eval_every": 6, "seed": 7, "device": "cpu",
-                  "precision": "fp32"},
+                  "precision": "fp32", "save": "all"},
         "output_dir": str(output_dir),
     }
     for section, values in sections.items():

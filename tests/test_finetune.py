@@ -248,7 +248,7 @@ def test_real_minilm_on_real_rte_rows(tmp_path):
         "task": {"name": "rte", "data_dir": str(GLUE / "RTE"), "max_seq_length": 64,
                  "max_train_examples": 24, "max_eval_examples": 16},
         "optimizer": {"lr": 2e-5, "anneal_t0": 2, "anneal_k": 1.0},
-        "train": {"batch_size": 8, "max_steps": 3, "log_every": 1, "device": "cpu"},
+        "train": {"batch_size": 8, "max_steps": 3, "log_every": 1, "device": "cpu", "save": "all"},  # θ* is read below
         "output_dir": str(tmp_path / "out"),
     }
     result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)))
@@ -285,6 +285,8 @@ def test_save_final_keeps_what_later_commands_read_and_drops_what_only_resume_ne
     def run(name, save):
         recipe = tiny_recipe(tiny_model_dir, tmp_path / name, train={"max_steps": 4, "eval_every": 2, "keep_last": 1,
                                                                       "save": save}, probe={"enabled": False})
+        if save is None:  # the default
+            del recipe["train"]["save"]
         result = finetune(str(write_recipe(tmp_path / f"{name}.yaml", recipe)))
         assert result.exit_code == 0, result.output
         return tmp_path / name, result.output
@@ -293,7 +295,7 @@ def test_save_final_keeps_what_later_commands_read_and_drops_what_only_resume_ne
         return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
     full, _ = run("all", "all")
-    lean, said = run("final", "final")
+    lean, said = run("final", None)
     assert "train.save=final: removed what only --resume reads" in said
     assert (lean / "best" / "model.safetensors").is_file() and (lean / "last" / "model.safetensors").is_file()
     assert (lean / "summary.json").is_file() and (lean / "metrics.jsonl").is_file()
@@ -316,3 +318,18 @@ def test_save_final_keeps_what_later_commands_read_and_drops_what_only_resume_ne
                    re.findall(r"keeps ~([\d,.]+) MiB", line))
     assert abs(whole - size(full)) < 0.1 * size(full) + 2**20, (line, size(full))
     assert abs(kept - size(lean)) < 0.1 * size(lean) + 2**20, (line, size(lean))
+
+
+def test_a_run_written_before_train_save_existed_resumes_keeping_everything(tiny_model_dir, tmp_path):
+    """train.save: final is the default now; a run directory whose config.yaml predates the key kept
+    everything when it was written, and --resume goes on keeping everything (the run-directory format)."""
+    from recall_cli.cli import _recipe_to_run
+
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "old")
+    del recipe["train"]["save"]
+    (tmp_path / "old").mkdir()
+    write_recipe(tmp_path / "old" / "config.yaml", recipe)
+    assert _recipe_to_run(None, None, tmp_path / "old").train.save == "all"
+    new = tiny_recipe(tiny_model_dir, tmp_path / "new")
+    del new["train"]["save"]
+    assert _recipe_to_run(write_recipe(tmp_path / "new.yaml", new), None, None).train.save == "final"

@@ -153,7 +153,10 @@ def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Pat
         fail(f"{resume} is not a recall run directory (no config.yaml): check the path", ExitCode.USAGE)
     if scored_record(resume) is not None:
         fail(no_checkpoint_message(resume) + "; a record cannot be resumed", ExitCode.USAGE)
-    loaded = recipe_from_dict(read_yaml(config), str(config))
+    raw = read_yaml(config)
+    if isinstance(raw, dict) and isinstance(raw.get("train"), dict):
+        raw["train"].setdefault("save", "all")  # written before train.save existed: it kept everything, and still does
+    loaded = recipe_from_dict(raw, str(config))
     if Path(loaded.output_dir).resolve() != resume.resolve():
         loaded = dataclasses.replace(loaded, output_dir=str(resume))
     return loaded

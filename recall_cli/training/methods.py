@@ -119,7 +119,8 @@ def disk_line(prepared: Any) -> str:
     final = folders * weights
     everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)
     mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
-    return (f"~{mib(everything)} at the end (train.save={recipe.train.save}: {folders} checkpoint folders of "
-            f"{mib(weights)}, theta* {mib(theta_star)}, Adam's moments {mib(2 * trainable)}"
-            + (f", {recipe.train.keep_last} step copies" if recipe.train.keep_last else "") + "); "
-            + (f"train.save=final keeps ~{mib(final)}" if recipe.train.save == "all" else f"keeps ~{mib(final)}"))
+    parts = (f"{folders} checkpoint folders of {mib(weights)}, theta* {mib(theta_star)}, Adam's moments "
+             f"{mib(2 * trainable)}" + (f", {recipe.train.keep_last} step copies" if recipe.train.keep_last else ""))
+    if recipe.train.save == "all":
+        return f"~{mib(everything)} at the end, all kept (train.save=all: {parts}); train.save=final keeps ~{mib(final)}"
+    return f"~{mib(everything)} while it trains ({parts}); train.save=final keeps ~{mib(final)} at the end"
