@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -157,6 +158,20 @@ def test_dry_run_says_how_the_step_will_run_and_fails_as_the_run_would(tiny_mode
     assert result.exit_code == 2
     assert "error: train.compile=on, but no C++ compiler found (install g++ or set CXX) (or set train.compile=off)" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_cxx_that_is_not_there_is_found_by_the_dry_run(tiny_model_dir, tmp_path, monkeypatch):
+    """Inductor builds CPU kernels with $CXX when it is set, even where g++ exists: a CXX that does not
+    resolve fails train.compile=on in the dry run (exit 2, one line), as it would fail the run."""
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    assert compiled.cannot_compile(torch.device("cpu")) == (
+        f"CXX={tmp_path / 'no-such-compiler'} is not an executable (torch.compile builds CPU kernels with it): fix or unset CXX")
+    recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"compile": "on"}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--dry-run"])
+    assert result.exit_code == 2 and "is not an executable" in result.output
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("CXX", sys.executable)  # any executable resolves (whether it compiles is inductor's to say)
+    assert compiled.cannot_compile(torch.device("cpu")) is None
 
 
 def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model_dir, tmp_path, monkeypatch):
