@@ -178,7 +178,7 @@ def spy_figures(monkeypatch) -> dict:
             "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
             "axes": {ax.get_title(): {"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                                       "lines": [(line.get_linestyle(), list(line.get_xdata()), list(line.get_ydata()))
-                                                for line in ax.lines]} for ax in fig.axes},
+                                                for line in ax.lines], "xlim": ax.get_xlim()} for ax in fig.axes},
         }
         return savefig(fig, fname, *args, **kwargs)
 
@@ -201,8 +201,9 @@ def test_families_are_lines_from_weakest_to_strongest(study, tmp_path, monkeypat
     assert lines["-."] == [(70.0, 99.0), (73.0, 95.0), (75.5, 80.0), (76.0, 55.0)]
     assert lines[":"] == [(72.0, 90.0), (73.0, 80.0), (74.0, 70.0)]
     assert len(mrpc["lines"]) == 4  # three families and the one-class line
-    # CoLA: RecAdam and vanilla, no family of two; the one-class line at MCC 0.
-    assert [(style, xs) for style, xs, _ in cola["lines"]] == [("--", [0.0, 0.0])]
+    # CoLA: RecAdam and vanilla, no family of two; the one-class line at MCC 0 lies 19 points from every
+    # run, outside the frame around the points (issue 32: it squeezed them against the edge), so not drawn.
+    assert cola["lines"] == [] and 15 < cola["xlim"][0] < 19 and 20 < cola["xlim"][1] < 25
     shares = dev_label_shares(load_runs(study / "mrpc")[0].settings)
     (one_class,) = [xs for style, xs, _ in mrpc["lines"] if style == "--"]
     assert one_class == pytest.approx([100 * max(shares.values())] * 2) and 60 < one_class[0] < 75
@@ -351,3 +352,24 @@ def test_several_folders_are_read_as_one_set(floor_sweep, tmp_path):
     assert len(json.loads(table.stdout)) == 5
     missing = invoke("compare", tmp_path / "nope", other)
     assert missing.exit_code == 2 and "nope is not a folder" in missing.output
+
+
+def test_a_family_has_one_hue_in_every_figure():
+    """Colours follow the family, not the position in a legend: RecAdam is blue whether or not a figure
+    also holds floors (then its shades, lightest the weakest), vanilla is black, WiSE-FT pink."""
+    from recall_cli.report.families import HUES, family_colors, hue_family
+
+    vanilla = {"optimizer.name": "adamw"}
+    recadam = {"optimizer.name": "recadam", "optimizer.recall_floor": 0.0}
+    floor = {"optimizer.name": "recadam", "optimizer.recall_floor": 0.01}
+    wise = {"optimizer.name": "adamw", "record.merge": "linear", "record.with": ["pretrained"],
+            "record.weights": [0.5, 0.5], "model.name_or_path": "m", "record.models": ["m", "runs/a"]}
+    lora = {"optimizer.name": "adamw", "model.lora.r": 8}
+    assert [hue_family(f) for f in (vanilla, recadam, floor, wise, lora)] == ["vanilla", "recadam", "recadam", "wise", "lora"]
+    alone = family_colors([("v", vanilla), ("r", recadam)])
+    assert alone == {"v": HUES["vanilla"], "r": HUES["recadam"]}
+    beside = family_colors([("v", vanilla), ("w", wise), ("r", recadam), ("f", floor)])
+    assert beside["v"] == HUES["vanilla"] and beside["w"] == HUES["wise"] and beside["f"] == HUES["recadam"]
+    assert beside["r"] != beside["f"] and beside["r"].startswith("#")  # the weaker RecAdam: a lighter blue
+    assert int(beside["r"][1:3], 16) > int(HUES["recadam"][1:3], 16)
+

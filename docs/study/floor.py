@@ -10,8 +10,10 @@ optimizer.recall_floor in FLOORS, seeds 1-3, each run in one CPU thread as the s
 first tried stronger floors (PILOT) on SST-2, seed 1. The floor per task is chosen on seed 1 with
 `recall tradeoff --within 1.0` against vanilla, RecAdam as published (floor 0) and WiSE-FT's α, the
 study's seed-1 runs; the chosen setting is then reported on seeds 2 and 3, which took no part in
-choosing it. (The records here were trained from the same commands by a queue that ran seed 1 of every
-task first; `run` runs them task by task, which trains the same cells.)
+choosing it. The seed-1 figure rings that choice; the figures of seeds 2-3 and of every seed ring
+nothing, as no choice is made on them. floor_picks.md shows the choice made on another seed, with
+another W, or among more settings. (The records here were trained from the same commands by a queue
+that ran seed 1 of every task first; `run` runs them task by task, which trains the same cells.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 TASKS = ("sst2", "mrpc", "cola")
@@ -109,11 +112,13 @@ def report() -> None:
     choose = ["recall", "tradeoff", *references(("1",)), *floors(("1",)), "--within", WITHIN, "--json",
               "--out", "docs/figures/study_floor_selection_s1.png"]
     chosen = json.loads(recall(choose))
-    # ... reported on seeds 2 and 3.
-    # --within 100 admits every setting: its candidates are each setting's medians on these seeds.
-    held_out = ["recall", "tradeoff", *references(("2", "3")), *floors(("2", "3")), "--within", "100", "--json",
+    # ... reported on seeds 2 and 3: each setting's medians there, with no choice made (no --within: no band, no ring).
+    held_out = ["recall", "tradeoff", *references(("2", "3")), *floors(("2", "3")), "--json",
                 "--out", "docs/figures/study_floor_tradeoff_s23.png"]
-    medians = {c["task"]: {s["name"]: s for s in c["candidates"]} for c in json.loads(recall(held_out))}
+    medians = {}
+    for s in json.loads(recall(held_out)):
+        medians.setdefault(s["task"], {})[s["label"]] = {"main": s["median"][0], "sts_retained": s["median"][1],
+                                                         "n": len(s["points"])}
     lines = [f"| task | chosen on seed 1 (within {WITHIN} point of the best) | seed 1: score / kept | "
              "seeds 2–3 median: score / kept | the same seeds: vanilla | RecAdam as published | WiSE-FT α 0.75 |",
              "|---|---|---|---|---|---|---|"]
@@ -121,20 +126,55 @@ def report() -> None:
         task = choice["task"]
         on = medians.get(task, {})
 
-        def pair(name: str) -> str:
-            s = on.get(name)
+        def pair(label: str) -> str:
+            s = on.get(label)
             return "–" if s is None else f"{100 * s['main']:.1f} / {100 * s['sts_retained']:.1f} % (n={s['n']})"
 
         lines.append(f"| {TITLES[task]} | {choice['name']} | {100 * choice['main']:.1f} / {100 * choice['sts_retained']:.1f} % | "
-                     f"{pair(choice['name'])} | {pair('vanilla fine-tuning')} | {pair('RecAdam')} | {pair('WiSE-FT α=0.75')} |")
+                     f"{pair(choice['label'])} | {pair('vanilla fine-tuning')} | {pair('RecAdam, floor=0')} | {pair(WISE_075)} |")
     (tables / "floor_selection.md").write_text(
         f"<!-- python docs/study/floor.py report: {' '.join(choose[:2])} (seed-1 runs) --within {WITHIN}; "
         "then the held-out seeds 2 and 3 -->\n" + "\n".join(lines) + "\n")
     print(f"wrote {tables}/floor_selection.md")
-    recall(["recall", "tradeoff", *both, "--within", WITHIN, "--out", "docs/figures/study_floor_tradeoff.png"])
+    picks(tables)
+    # Every seed, every setting; no choice is made on these runs, so none is ringed.
+    recall(["recall", "tradeoff", *both, "--out", "docs/figures/study_floor_tradeoff.png"])
     print("figure: docs/figures/study_floor_tradeoff.png")
 
 
+# How far the seed-1 choice depends on the seed it is made on, on W, and on the settings it is made among.
+PICKS = ((("1",), "0.5", False), (("1",), WITHIN, False), (("1",), "1.5", False), (("2",), WITHIN, False),
+         (("3",), WITHIN, False), (("1",), WITHIN, True))
+
+
+def picks(tables: Path) -> None:
+    """The setting `recall tradeoff --within W` names per task, made on one seed's runs, under other choices."""
+    lines = ["| made on | --within | settings | CoLA: MCC / kept | SST-2: accuracy / kept | MRPC: accuracy / kept |",
+             "|---|---:|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as scratch:
+        for seeds, within, with_recall in PICKS:
+            extra = [str(p) for task in TASKS for seed in seeds
+                     for p in [STUDY / task / "recall_pretrained" / f"s{seed}"] if with_recall]
+            out = json.loads(recall(["recall", "tradeoff", *references(seeds), *floors(seeds), *extra, "--within", within,
+                                     "--json", "--out", str(Path(scratch) / "picks.png")]))
+            by_task = {c["task"]: c for c in out}
+            cells = [f"{words(by_task[t])} ({100 * by_task[t]['main']:.1f} / {100 * by_task[t]['sts_retained']:.1f} %)"
+                     if t in by_task else "–" for t in ORDER]
+            shown = "vanilla, RecAdam, its floors, WiSE-FT α" + (", RECALL with θ*" if with_recall else "")
+            lines.append(f"| seed {','.join(seeds)} | {within} | {shown} | " + " | ".join(cells) + " |")
+    (tables / "floor_picks.md").write_text(
+        "<!-- python docs/study/floor.py report: recall tradeoff --within W --json on one seed's runs -->\n"
+        + "\n".join(lines) + "\n")
+    print(f"wrote {tables}/floor_picks.md")
+
+
+def words(choice: dict) -> str:
+    """A choice's name as the page's tables say it (name()), or tradeoff's where name() has no words for it."""
+    said = name(choice["label"])
+    return choice["name"] if said == choice["label"] else said
+
+
+WISE_075 = "vanilla fine-tuning, merge=linear, with=pretrained, weights=0.25,0.75"
 ORDER = ("cola", "sst2", "mrpc")  # the study's column order
 TITLES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC"}
 SHOWN = ("vanilla fine-tuning", "RecAdam, floor=0", "RecAdam, floor=0.005", "RecAdam, floor=0.01", "RecAdam, floor=0.02",

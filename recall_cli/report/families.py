@@ -22,9 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..names import is_vanilla
 from ..merge import METHODS as MERGE_METHODS
-from ..names import INIT_TITLES
+from ..names import INIT_TITLES, is_vanilla
 from .comparison import METHOD_NAMES, _fmt_setting
 from .runs import LABEL_NAMES
 
@@ -73,6 +72,49 @@ def describe(settings: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Desc
         out.append(Described(f"{name} ({group_label(shown)})" if len(labels[name]) > 1 else name,
                              (RANK[kind], position, strength), tuple(families)))
     return out
+
+
+# One hue per family, the same in every figure (Okabe-Ito, colour-blind safe): a family's settings are
+# shades of it, lightest the weakest. Methods combined with RecAdam take the method's hue.
+HUES = {"vanilla": "#000000", "recadam": "#0072B2", "keep": "#E69F00", "lpft": "#56B4E9", "lora": "#D55E00",
+        "wise": "#CC79A7", "recall": "#009E73", "merge": "#999933"}
+
+
+def hue_family(full: dict[str, Any]) -> str:
+    """The key of HUES a setting is drawn in, from one member run's whole recipe as dotted keys."""
+    merge = full.get("record.merge")
+    if merge is not None:
+        if wise_alpha(full) is not None:
+            return "wise"
+        return "recall" if merge == "recall" and full.get("record.with") == ["pretrained"] else "merge"
+    if full.get("keep.embeddings"):
+        return "keep"
+    if full.get("model.lora.r"):
+        return "lora"
+    if full.get("train.linear_probe_steps"):
+        return "lpft"
+    return "vanilla" if is_vanilla(full.get("optimizer.name")) else "recadam"
+
+
+def shades(hue: str, n: int) -> list[str]:
+    """n shades of ``hue`` from light (weakest) to the hue itself (strongest); one setting: the hue."""
+    r, g, b = (int(hue[i:i + 2], 16) for i in (1, 3, 5))
+    out = []
+    for i in range(n):
+        t = 0.0 if n == 1 else 0.6 * (1 - i / (n - 1))  # how far toward white (black's shades: toward grey)
+        out.append("#" + "".join(f"{round(c + (255 - c) * t):02X}" for c in (r, g, b)))
+    return out
+
+
+def family_colors(items: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """label -> colour for settings given in legend order (weakest first within a family) as (label, the
+    whole recipe of one member run): each family's hue, in shades where it holds several settings."""
+    groups: dict[str, list[str]] = {}
+    for label, full in items:
+        members = groups.setdefault(hue_family(full), [])
+        if label not in members:
+            members.append(label)
+    return {label: color for key, labels in groups.items() for label, color in zip(labels, shades(HUES[key], len(labels)))}
 
 
 def wise_alpha(full: dict[str, Any]) -> float | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ReportError
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
-from .families import describe
+from .families import describe, family_colors
 
 FIGURE_INCHES = (13.0, 4.0)
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -84,19 +84,6 @@ def forgetting_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Pa
     return save_figure(fig, plt, out, dpi)
 
 
-# A qualitative palette whose colours stay apart for most readers: Okabe & Ito's (black first, for the
-# baseline), a purple, then Paul Tol's muted colours, the light ones last; tab20 beyond fifteen settings.
-PALETTE = ("#000000", "#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#6A3D9A", "#882255", "#999933",
-           "#56B4E9", "#44AA99", "#332288", "#CC6677", "#DDCC77", "#888888")
-
-
-def palette(plt, n: int) -> list:
-    if n <= len(PALETTE):
-        return list(PALETTE[:n])
-    cmap = plt.get_cmap("tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
 def legend_entries(plt, groups: list[CurveGroup]) -> list[tuple[CurveGroup, str, object]]:
     """(group, legend name, colour) in legend order: the baseline, the methods, then the merges, each
     family weakest first (families.describe). A group whose label names no key keeps its label (a run's
@@ -104,9 +91,10 @@ def legend_entries(plt, groups: list[CurveGroup]) -> list[tuple[CurveGroup, str,
     tasks = {run.task for g in groups for run in g.runs}
     described = describe([(g.shown if g.shown is not None else g.settings, g.runs[0].settings) for g in groups])
     order = sorted(range(len(groups)), key=lambda i: described[i].rank)
-    colors = palette(plt, len(groups))
+    by_index = family_colors([(str(i), groups[i].runs[0].settings) for i in order])
     entries = []
-    for color, i in zip(colors, order):
+    for i in order:
+        color = by_index[str(i)]
         group, name = groups[i], described[i].name
         if not (group.shown if group.shown is not None else group.settings) or not name:
             name = group.label

@@ -15,8 +15,8 @@ from ..errors import ReportError
 from ..names import METRIC_TITLES, TASKS
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
-from .families import family_title
-from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, palette, save_figure
+from .families import family_colors, family_title
+from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, save_figure
 from .probe_tables import SKILL_TITLES, final_layers, skill_field
 from .runs import Run
 from .tables import LOWER_IS_BETTER
@@ -83,7 +83,12 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     name_of = {s["label"]: d.name for s, d in zip(settings, described)}
     rank_of = {s["label"]: d.rank for s, d in zip(settings, described)}
     labels = sorted(dict.fromkeys(s["label"] for s in settings), key=lambda label: rank_of[label])
-    colors = dict(zip(labels, palette(plt, len(labels))))
+    by_path = {str(run.path): run for run in runs or []}
+    whole = {}  # label -> one member run's whole recipe (its family's hue)
+    for s in settings:
+        run = by_path.get(s["points"][0]["run"]) if s["points"] else None
+        whole.setdefault(s["label"], run.settings if run is not None else s["settings"])
+    colors = family_colors([(label, whole[label]) for label in labels])
     constant = constant_scores(runs, x) if runs else {}
     chosen = {c["task"]: c for c in choices or []}
     sx, sy = points(x), points(y)
@@ -108,7 +113,21 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
                        s=20, zorder=2)
             handles[s["label"]] = ax.scatter(s["median"][0] * sx, s["median"][1] * sy, color=color, marker="X", s=110,
                                              edgecolor="black", linewidth=0.7, zorder=3)
-        if task in constant:
+        # The axes frame the points: a one-class line joins the frame when it is near them (within the
+        # points' own spread, or 5 points), else it is left out, as is a --within band's part beyond the
+        # frame; either would squeeze every point against one edge.
+        xs = [p[x] * sx for s, _ in members for p in s["points"]] + [c[x] * sx for c in ([chosen[task]] if task in chosen else [])]
+        if xs:
+            low, high = min(xs), max(xs)
+            line = constant.get(task)
+            if line is not None and -max(high - low, 5.0 if sx == 100 else 0.05) <= min(line * sx - low, high - line * sx):
+                low, high = min(low, line * sx), max(high, line * sx)
+            pad = max(0.08 * (high - low), 0.5 if sx == 100 else 0.02 * max(abs(high), 1e-3))
+            frame = (low - pad, high + pad)
+            ax.set_xlim(*frame)
+        else:
+            frame = (-math.inf, math.inf)
+        if task in constant and frame[0] <= constant[task] * sx <= frame[1]:
             ax.axvline(constant[task] * sx, linestyle="--", color="0.45", linewidth=1.0, zorder=0)
             extra.setdefault("chance", Line2D([], [], linestyle="--", color="0.45", linewidth=1.0,
                                               label="one class for every example (MCC 0, majority share)"))
@@ -118,6 +137,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
             if c.get("select_on") != "holdout":  # a band of dev scores; a holdout choice's band is not on this axis
                 best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
                 low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
+                low, high = max(low, frame[0]), min(high, frame[1])  # a band wider than the frame is the frame
                 ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
                 extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
             ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
@@ -135,7 +155,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
         ends = f"{min(values):g} → {max(values):g}" + (" (1: the fine-tuned runs)" if kind == "WiSE-FT α" else "")
         entries.append((Line2D([], [], linestyle=FAMILY_STYLES.get(kind, "-"), color="0.35", linewidth=1.3),
                         f"{kind} {ends}"))
-    entries += [(handle, handle.get_label()) for handle in extra.values()]
+    entries += [(extra[key], extra[key].get_label()) for key in ("chance", "band", "ring") if key in extra]
     fig.legend([h for h, _ in entries], [t for _, t in entries], loc="outside lower center",
                ncol=min(ncol, len(entries)), fontsize="small", title="median over seeds (×), one dot per run")
     fig.suptitle("trade-off: learning the task vs keeping the pretrained skill")
