@@ -132,8 +132,9 @@ def finetune(
 
     # SIGTERM before the first step (loading, theta*, the pre-passes) rolls the run directory back and
     # exits 143; from the first step on, the loop takes SIGTERM itself and saves last/ first
-    # (distributed.SigtermFlag, installed over this handler for the loop's life).
-    run_guarded(go, interrupted_hint=stopped)
+    # (distributed.SigtermFlag, installed over this handler for the loop's life). A full disk whose
+    # error names no file is reported against the run directory.
+    run_guarded(go, interrupted_hint=stopped, writes=lambda: started[0] if started else None)
 
 
 def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Path | None):

@@ -163,7 +163,7 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
     Ctrl-C exits 130 and SIGTERM 143 (with ``sigterm``; finetune handles SIGTERM itself, saving last/
     first), each with one line and ``interrupted_hint`` (or what it returns, asked then). An OSError of
     the environment (disk full, permission denied, read-only, a path that cannot be a folder) is an
-    EnvironmentProblem naming its path, else ``writes`` (exit 4).
+    EnvironmentProblem naming its path, else ``writes`` (exit 4; a callable: asked then).
 
     Under torchrun the known errors are decided alike on every rank (the same recipe and files, or a
     decision all ranks agreed on), so rank 0 alone prints the line; unknown ones print on every rank,
@@ -194,7 +194,7 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
         if debug:
             raise
         if exit_code_of(exc) is None:
-            exc = EnvironmentProblem.from_os_error(exc, writes) or exc
+            exc = EnvironmentProblem.from_os_error(exc, writes() if callable(writes) else writes) or exc
         code = exit_code_of(exc)
         if code is None:
             where = f"[rank {rank}] " if os.environ.get("WORLD_SIZE", "1") != "1" else ""

@@ -141,15 +141,30 @@ def save_checkpoint(
 
             save_adapter(adapter, staging)
         if trainer_state is not None:
-            torch.save(
+            _save(
                 {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},
                 staging / OPTIMIZER_FILE,
             )
             for rank, rng in enumerate(rng_states or [capture_rng()]):
-                torch.save(rng, staging / rng_file(rank))
+                _save(rng, staging / rng_file(rank))
             # Written last: its presence marks a complete checkpoint.
             (staging / TRAINER_STATE_FILE).write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
     return dest
+
+
+def _save(obj: Any, path: Path) -> None:
+    """torch.save, with a write that failed for want of room reported as the OSError it is: torch's
+    zip writer raises a RuntimeError ("[enforce fail at inline_container.cc] unexpected pos ...")
+    that names neither the cause nor the file."""
+    try:
+        torch.save(obj, path)
+    except RuntimeError as exc:
+        import errno
+        import shutil
+
+        if shutil.disk_usage(path.parent).free < 64 * 2**20:
+            raise OSError(errno.ENOSPC, f"no space left writing {path.name}", str(path)) from exc
+        raise
 
 
 @dataclass
