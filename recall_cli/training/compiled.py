@@ -155,26 +155,20 @@ def decide(setting: str, device: torch.device, *, pad_to_multiple_of: int | None
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """How the run's step computes: compiled or not, in which precision, and why (the start line,
-    --dry-run and summary.json say both)."""
+class CompilePlan:
+    """Whether the run's step compiles, in which torch.compile mode, and why (the start line, --dry-run
+    and summary.json say it). The precision is chosen beside the device (training.setup), from this."""
 
     mode: str | None
     reason: str
-    precision: str
-    precision_reason: str
 
 
 def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_steps: int, done_steps: int = 0,
-              config: Any = None, world_size: int = 1, recorded_precision: str | None = None,
-              recorded_mode: tuple[str | None, str | None] | None = None) -> StepPlan:
-    """train.compile and train.precision decided together (the precision `auto` picks on CUDA depends
-    on whether the step compiles), for the run and for its --dry-run alike. Raises CompileError
-    under train.compile=on where compiling cannot work. ``recorded_mode``: (how a resumed run's step
-    ran, "eager" or a mode; why), which `auto` keeps, as it keeps the precision: deciding anew on the
+              config: Any = None, world_size: int = 1, recorded_mode: tuple[str | None, str | None] | None = None) -> CompilePlan:
+    """train.compile decided, for the run and for its --dry-run alike. Raises CompileError under
+    train.compile=on where compiling cannot work. ``recorded_mode``: (how a resumed run's step ran,
+    "eager" or a mode; why), which `auto` keeps, as it keeps the precision: deciding anew on the
     steps left could switch kernels mid-run, or compile again a step that was given up as wrong."""
-    from ..runtime import choose_precision
-
     tc = recipe.train
     kept = resumed_mode(tc.compile, device, recorded_mode)
     if kept is not None:
@@ -185,8 +179,7 @@ def plan_step(recipe: Any, device: torch.device, *, lengths: list[int], total_st
                         world_size=world_size) if weigh else None
         mode, reason = decide(tc.compile, device, pad_to_multiple_of=recipe.task.pad_to_multiple_of,
                               world_size=world_size, size=size)
-    precision, why = choose_precision(tc.precision, device, recorded_precision, compiled=mode is not None)
-    return StepPlan(mode, reason, precision, why)
+    return CompilePlan(mode, reason)
 
 
 def resumed_mode(setting: str, device: torch.device,

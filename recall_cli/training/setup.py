@@ -127,23 +127,39 @@ class Prepared:
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """How the run's step computes: compiled or not, in which precision, and why (the start line,
+    --dry-run and summary.json say both)."""
+
+    mode: str | None
+    reason: str
+    precision: str
+    precision_reason: str
+
+
 def _plan_step(recipe: Recipe, device, lengths: list[int], total_steps: int, config, saved, world_size: int,
-               report: preflight.Preflight, dry_run: bool) -> compiled.StepPlan:
-    """How the step runs (compiled, precision), as the run's first check; a compile that cannot work
-    raises (the run) or is that check's failure (the dry run, which goes on with the eager plan)."""
+               report: preflight.Preflight, dry_run: bool) -> StepPlan:
+    """How the step runs, as the run's first check: compiled or not (training.compiled), then the
+    precision for this device, which on CUDA depends on that (`auto`: bf16 only for a compiled step). A
+    compile that cannot work raises (the run) or is that check's failure (the dry run, which goes on
+    with the eager plan)."""
     tc = recipe.train
     recorded = precision_of_saved_run(saved.state.precision, device) if saved is not None else None
+    failed = None
     try:
-        step = compiled.plan_step(
+        plan = compiled.plan_step(
             recipe, device, lengths=lengths, total_steps=total_steps,
-            done_steps=saved.state.step if saved is not None else 0, config=config,
-            world_size=world_size, recorded_precision=recorded,
+            done_steps=saved.state.step if saved is not None else 0, config=config, world_size=world_size,
             recorded_mode=(saved.state.compile_mode, saved.state.compile_reason) if saved else None)
     except CompileError as exc:
         if not dry_run:
             raise
-        report.add("step", "fail", str(exc), exc)
-        return compiled.StepPlan(None, str(exc), *choose_precision(tc.precision, device, recorded, compiled=False))
+        failed, plan = exc, compiled.CompilePlan(None, str(exc))
+    step = StepPlan(plan.mode, plan.reason, *choose_precision(tc.precision, device, recorded, compiled=plan.mode is not None))
+    if failed is not None:
+        report.add("step", "fail", str(failed), failed)
+        return step
     how = "eager" if step.mode is None else f"compiled ({step.mode})"
     report.add("step", "ok", f"{how} ({step.reason}); {step.precision} ({step.precision_reason})")
     return step
