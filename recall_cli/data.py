@@ -149,10 +149,11 @@ class _Labels:
         self.spec = spec
         self.fix = fix  # what to tell the user when a class label is unknown
         self.ids = {name: i for i, name in enumerate(spec.label_names or ())}
+        self.regression = spec.is_regression  # read once: parse runs per row
 
     def parse(self, value: str, where: str) -> int | float:
         value = value.strip()
-        if self.spec.is_regression:
+        if self.regression:
             try:
                 number = float(value)
             except ValueError:

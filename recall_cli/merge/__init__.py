@@ -11,7 +11,7 @@
 
 A method is a class in its own file that declares its ``options`` and ``build``s itself from the
 opened models and their values (base.MethodSpec); ``METHODS`` lists them, and `recall merge` shows
-every option they declare. Adding a method is its file and one entry in ``METHODS``.
+every option they declare. Adding a method is its file and one entry in ``METHODS`` (methods.py).
 
 ``run_merge`` is the whole `recall merge` (the command and benchmarks/merge_memory.py call it).
 Importing this package is torch-free (`recall --help` reads the options); the engine comes with
@@ -28,10 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError, ExitCode, MergeError
 from .base import MergeMethod, MethodSpec, Option
-from .linear import Linear
-from .recall import Recall
-from .task_arithmetic import TaskArithmetic
-from .ties import Ties
+from .methods import METHODS
 
 if TYPE_CHECKING:
     from .engine import MergeResult
@@ -42,7 +39,6 @@ __all__ = [
     "Source", "known_options", "merge", "method_spec", "open_sources", "parse_options", "run_merge", "score_outputs",
 ]
 
-METHODS: dict[str, type[MethodSpec]] = {spec.name: spec for spec in (Recall, Linear, TaskArithmetic, Ties)}
 
 
 def method_spec(name: str) -> type[MethodSpec]:

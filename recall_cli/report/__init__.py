@@ -3,6 +3,7 @@
 One room per job, arrows pointing down (each module imports only those below it):
 
     runs.py          read run directories back (Run, read_run, load_runs), resolve keys, filter, differing keys
+    labels.py        how a setting is spelled: an optimizer's words, a group's label, the order of values
     comparison.py    group runs by setting and aggregate over seeds: the paper's tables (Comparison)
     tables.py        render a Comparison: rich table, markdown, CSV, JSON, its title and notes
     curves.py        forgetting curves: runs grouped by setting, per-run distance rows and their table
@@ -23,7 +24,6 @@ from ..errors import ReportError
 from .comparison import (
     AT,
     GLUE_TRAIN_SIZES,
-    METHOD_NAMES,
     PRESETS,
     RUN_MEASURES,
     SMALL_TASK_LIMIT,
@@ -35,9 +35,9 @@ from .comparison import (
     compare,
     constant_prediction,
     dev_label_shares,
-    group_label,
 )
 from .curves import CurveGroup, forgetting_groups, forgetting_plain, forgetting_rows, forgetting_table
+from .labels import METHOD_NAMES, group_label
 from .runs import (
     LABEL_NAMES,
     NOT_SETTINGS,

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
-from ..names import INIT_TITLES, OPTIMIZERS, TASKS, is_vanilla
-from .runs import LABEL_NAMES, RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
+from ..names import TASKS, is_vanilla
+from .labels import _sort_key, group_label
+from .runs import RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
 
 PRESETS = ("init", "k", "main")
 AT = ("final", "best")
@@ -29,7 +30,6 @@ TASK_TITLES = {name: t.title for name, t in TASKS.items()}  # in the paper's col
 # Run measures beside an eval record (Run.eval_at): ||theta - theta*|| at that step, and the run's training time.
 RUN_MEASURES = ("distance", "train_seconds")
 STATS = ("median", "min", "max", "mean")
-METHOD_NAMES = {name: o.label for name, o in OPTIMIZERS.items()}
 
 
 @dataclass
@@ -195,41 +195,6 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
     return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset, remarks=remarks)
 
 
-def _sort_key(key: str, value: Any) -> tuple:
-    if key == "optimizer.name" and value in OPTIMIZERS:
-        return (0, OPTIMIZERS[value].report_order, "")
-    if key == "model.init" and value in INIT_TITLES:
-        return (0, list(INIT_TITLES).index(value), "")
-    if value is None:
-        return (-1, 0, "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (1, value, "")
-    return (2, 0, str(value))
-
-
-def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
-    """'vanilla fine-tuning', 'RecAdam + RI, k=0.1', 'k=0.05, t0=250' — what a reader of the paper calls them."""
-    parts: list[str] = []
-    name = settings.get("optimizer.name")
-    if "optimizer.name" in settings or "model.init" in settings:
-        if is_vanilla(name):
-            parts.append(METHOD_NAMES[name])
-        else:
-            method = METHOD_NAMES.get(name, str(name)) if "optimizer.name" in settings else "RecAdam"
-            if preset == "init" or "model.init" in settings:
-                method += f" + {INIT_TITLES.get(settings.get('model.init'), settings.get('model.init'))}"
-            parts.append(method)
-    for key, value in settings.items():
-        # None is a key the setting leaves unset (a RecAdam key for adamw, a record key for a trained run,
-        # task.max_train_examples for every row): not a value to print, for any method alike.
-        if key in ("optimizer.name", "model.init") or value is None:
-            continue
-        parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
-    if not parts and settings:  # every key unset: say which (beside a row that sets one)
-        parts = [f"{LABEL_NAMES.get(key, key)} unset" for key in settings]
-    return ", ".join(parts) or "all runs"
-
-
 def shared_settings(runs: list[Run]) -> dict[str, Any]:
     """The first run's recipe, with every setting key on which ``runs`` disagree left out (None): a row
     of --table main or --by pools several settings, and its name must not be one member's."""
@@ -338,16 +303,6 @@ def add_against(result: Comparison, runs: list[Run], setting: str, level: float 
             notes.append(f"{name_of[label]} / {TASK_TITLES.get(task, task)} ({metric}): n/a: {interval.note}")
     result.against = Against(reference, level, metrics, intervals, notes)
     return result
-
-
-def _fmt_setting(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list):  # merge weights: 0.333333 reads as 0.333
-        return ",".join(f"{v:.3g}" if isinstance(v, float) else _fmt_setting(v) for v in value)
-    if isinstance(value, str) and "/" in value:
-        return value.rstrip("/").rsplit("/", 1)[-1]
-    return str(value)
 
 
 def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import is_vanilla
-from .comparison import TASK_TITLES, _sort_key, group_label
+from .comparison import TASK_TITLES
+from .labels import _sort_key, group_label
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 
 

@@ -22,9 +22,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..merge import METHODS as MERGE_METHODS
+from ..merge.methods import METHODS as MERGE_METHODS
 from ..names import INIT_TITLES, is_vanilla
-from .comparison import METHOD_NAMES, _fmt_setting
+from .labels import METHOD_NAMES, _fmt_setting, group_label
 from .runs import LABEL_NAMES
 
 FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ", "keep": "embedding anchor"}
@@ -56,8 +56,6 @@ def describe(settings: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Desc
 
     Names are made unique: two settings that read alike get their group label in brackets. The rank
     keeps the given order within a kind, a family's members together and weakest first."""
-    from .comparison import group_label
-
     varying = {k for k in {k for shown, _ in settings for k in shown}
                if len({json.dumps(shown.get(k), sort_keys=True, default=str) for shown, _ in settings
                        if shown.get(k) is not None}) > 1}

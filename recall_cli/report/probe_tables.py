@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import ReportError
 from ..names import PROBE_MEASURES, PROBES
-from .comparison import RUN_MEASURES, group_label
+from .comparison import RUN_MEASURES
+from .labels import group_label
 from .curves import CurveGroup
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 

@@ -9,7 +9,8 @@ from typing import Any
 from ..errors import ReportError
 from ..names import PROBE_MEASURES, PROBES
 from ..rundir import dumps_strict
-from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group, _fmt_setting
+from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group
+from .labels import _fmt_setting
 
 FORMATS = ("table", "markdown", "csv", "json")
 # PROBE_MEASURES: the scalar fields of metrics.jsonl's probe records (names.PROBES), usable as --metric.
