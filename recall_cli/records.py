@@ -103,12 +103,19 @@ def _distance(folder: Path, against: str) -> float:
 def write_record(path: Path, out: Path, *, against: str | None = None, probe: bool = True,
                  device: str = "auto", overwrite: bool = False) -> dict[str, Any]:
     """Score ``path`` (a run directory's best/, or a checkpoint folder such as a merge output) and
-    write the record to ``out``; returns its summary. Nothing is left at ``out`` if anything fails."""
+    write the record to ``out``; returns its summary. Nothing is left at ``out`` if anything fails,
+    and a second command writing the same ``out`` meanwhile is refused (rundir.output_lock)."""
+    path, out = Path(path), Path(out)
+    with rundir.output_lock(out, "another recall evaluate --record", "--record folder"):
+        return _write_record(path, out, against=against, probe=probe, device=device, overwrite=overwrite)
+
+
+def _write_record(path: Path, out: Path, *, against: str | None, probe: bool, device: str, overwrite: bool) -> dict[str, Any]:
+    """write_record's work, under the lock on ``out``."""
     from .evaluate import evaluate_checkpoint
     from .probes.targets import probe_targets
     from .recipe import ProbeConfig, recipe_from_dict
 
-    path, out = Path(path), Path(out)
     _check_out(out, overwrite)
     rundir.check_writable(out, "--record")  # before the scoring: disk, permissions, a file in the way (exit 4)
     source = rundir.locate(path)

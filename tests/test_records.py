@@ -228,3 +228,33 @@ def test_record_of_a_holdout_run_scores_the_rows_the_run_held_out(tiny_model_dir
                                   "--select-on", "holdout", "--json", "--out", tmp_path / "t.png")
     assert code == 0, stdout + stderr
     assert json.loads(stdout)[0]["holdout"]["main"] == trained["holdout"]["main"]
+
+
+def test_a_second_writer_of_the_same_record_is_refused_naming_the_first(run, tmp_path):
+    """evaluate --record (and merge --out) hold a lock on the hidden sibling .OUT.recall.lock for their
+    life: another process writing the same OUT gets one line with the holder's pid, exit 2, and no OUT."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "rec"
+    lock = tmp_path / ".rec.recall.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode())\n"
+        "print('held', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, _, stderr = invoke("evaluate", run, "--record", out, "--device", "cpu", "--no-probe")
+        assert code == 2 and not out.exists()
+        assert stderr.strip() == (f"error: {out} is being written by process {holder.pid} (another recall evaluate "
+                                  "--record): wait for it to end or stop it, or choose another --record folder; two "
+                                  "writers would mix their files")
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    code, _, stderr = invoke("evaluate", run, "--record", out, "--device", "cpu", "--no-probe")  # the lock died with it
+    assert code == 0, stderr
+    assert not lock.exists() and (out / "summary.json").is_file()

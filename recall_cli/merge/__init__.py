@@ -124,20 +124,29 @@ def run_merge(
     that get the merge's settings and scores as one run, once OUT is written. Problems raise MergeError
     (or the resolver's, the device's and the environment's errors) with the line to print; nothing is
     written then."""
-    import json
-
-    from .. import card, trackers
-    from ..rundir import MERGE_RECORD
+    from .. import trackers
+    from ..rundir import output_lock
 
     trackers.check_available(report_to)  # a missing tracker package: refused before anything is written
     spec = method_spec(method)
     given = parse_options(options or {})
     if device not in ("auto", "cpu", "cuda"):
         raise DeviceError(f"--device {device}: choose auto, cpu or cuda")
+    out = Path(out)
+    with output_lock(out, "another recall merge", "--out"):
+        return _run_merge(models, out, spec, given, device, evaluate=evaluate, report_to=report_to)
+
+
+def _run_merge(models: Sequence[str], out: Path, spec: type[MethodSpec], given: dict[str, Any], device: str, *,
+               evaluate: bool, report_to: Sequence[str]) -> Merged:
+    """run_merge's work, under the lock on OUT."""
+    import json
+
+    from .. import card, trackers
+    from ..rundir import MERGE_RECORD
     from ..runtime import resolve_device
     from . import engine
 
-    out = Path(out)
     engine.check_out(out)
     torch_device = resolve_device(device, option="--device")
     sources = engine.open_sources(list(models))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import RunDirError
@@ -83,18 +84,21 @@ class RunLock:
         self.path, self.fd = path, fd
 
     @classmethod
-    def take(cls, run_dir: Path, warn: Callable[[str], None] | None = None) -> RunLock:
+    def take(cls, run_dir: Path, warn: Callable[[str], None] | None = None, *, path: Path | None = None,
+             writer: str = "another recall finetune", other: str = "output_dir") -> RunLock:
+        """Lock ``run_dir`` (its own lock file, or ``path``: an output that does not exist yet is locked
+        by a hidden sibling file, ``output_lock``)."""
         import fcntl
 
-        path = run_dir / LOCK_FILE
+        path = path or run_dir / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise RunDirError(f"{run_dir} is being written by process {holder} (another recall finetune): wait for it "
-                              "to end or stop it, or choose another output_dir; two writers would mix their files") from None
+            raise RunDirError(f"{run_dir} is being written by process {holder} ({writer}): wait for it "
+                              f"to end or stop it, or choose another {other}; two writers would mix their files") from None
         previous = os.read(fd, 64).decode(errors="replace").strip()
         if previous and previous != str(os.getpid()) and warn is not None:
             warn(f"{run_dir}: took over the lock of process {previous}, which is no longer running")
@@ -112,6 +116,22 @@ class RunLock:
             pass
         os.close(self.fd)
         self.fd = -1
+
+
+@contextmanager
+def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
+    """One writer of a staged output (merge --out, evaluate --record) for the command's life: a lock on
+    the hidden sibling .OUT.recall.lock, so a second command writing the same OUT is refused in one line
+    naming the first's pid instead of racing it to the rename (or replacing it under --overwrite)."""
+    out = Path(out)
+    if not out.parent.is_dir():  # the command's own check says what is wrong with the path
+        yield
+        return
+    lock = RunLock.take(out, path=out.parent / f".{out.name}{LOCK_FILE}", writer=writer, other=other)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class NewRunDir:
