@@ -3,7 +3,7 @@ most of all-MiniLM-L6-v2's STS skill at no task cost, chosen on a holdout, over 
 
     python docs/study/budget.py plan              # the cells and their order, with what is done
     python docs/study/budget.py run [--only TASK] # train the cells not done yet, in order (resumable)
-    python docs/study/budget.py merge [--seeds S]  # WiSE-FT and RECALL from the vanilla / LP-FT cells' best/ here
+    python docs/study/budget.py merge [--seeds S] [--train-missing] [--jobs N]   # WiSE-FT and RECALL
     python docs/study/budget.py collect           # copy the small records into docs/study/runs/budget/
     python docs/study/budget.py report            # tables and figures from the committed records alone
 
@@ -228,15 +228,31 @@ def merges(task: str, seed: int) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
-def merge_cells(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str, int]]:
-    """The merges whose source best/ is here and whose record is not done yet."""
+def merge_cells(seeds: tuple[int, ...] = SEEDS, train_missing: bool = False) -> list[tuple[str, str, int]]:
+    """The merges not done yet whose source best/ is here (or, with ``train_missing``, will be: its
+    cell is trained again first, e.g. a cell whose record came back from a GPU without its weights)."""
     todo = []
     for seed in seeds:
         for task in TASKS:
             for family, (source, _) in merges(task, seed).items():
-                if (cell_dir(task, source, seed) / "best").is_dir() and not done(task, family, seed):
+                here = (cell_dir(task, source, seed) / "best").is_dir()
+                if (here or train_missing) and not done(task, family, seed):
                     todo.append((task, family, seed))
     return todo
+
+
+def endpoint(task: str, source: str, seed: int, log) -> int:
+    """The source cell's best/ for a merge, trained again when it is not here (its committed record
+    stays as it is: the weights are for the merges alone)."""
+    out = cell_dir(task, source, seed)
+    if (out / "best").is_dir():
+        return 0
+    overrides = families(task)[source]
+    code = subprocess.call([sys.executable, "-m", "recall_cli", "finetune", *base(task, seed, out), *overrides,
+                            "--overwrite", "--plain"], stdout=log, stderr=subprocess.STDOUT)
+    if code == 0:
+        tidy(task, source, seed)
+    return code
 
 
 def merge_one(task: str, family: str, seed: int) -> int:
@@ -248,6 +264,9 @@ def merge_one(task: str, family: str, seed: int) -> int:
     logs = RUNS / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{task}_{family}_s{seed}.log", "a", encoding="utf-8") as log:
+        code = endpoint(task, source, seed, log)
+        if code != 0:
+            return code
         code = subprocess.call(cli + ["merge", PRETRAINED, str(cell_dir(task, source, seed)), *args, "--out", str(staged)],
                                stdout=log, stderr=subprocess.STDOUT)
         if code == 0:
@@ -259,18 +278,39 @@ def merge_one(task: str, family: str, seed: int) -> int:
     return code
 
 
-def run_merges(seeds: tuple[int, ...]) -> int:
-    todo = merge_cells(seeds)
-    print(f"{len(todo)} merges to run", flush=True)
+def run_merges(seeds: tuple[int, ...], jobs: int = 1, train_missing: bool = False, tar: Path | None = None) -> int:
+    """The merges of merge_cells, ``jobs`` at a time (a GPU; the merges of one source run one after
+    another, so that a source trained again is trained once)."""
+    todo = merge_cells(seeds, train_missing)
+    by_source: dict[tuple[str, str, int], list[tuple[str, str, int]]] = {}
     for task, family, seed in todo:
-        started = time.time()
-        code = merge_one(task, family, seed)
-        print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: exit {code} after {time.time() - started:.0f} s", flush=True)
-        if code in (130, 143):
-            return code
-        if code == 0:
-            collect_one(task, family, seed)
-    return 0
+        by_source.setdefault((task, merges(task, seed)[family][0], seed), []).append((task, family, seed))
+    print(f"{len(todo)} merges to run, from {len(by_source)} sources, {jobs} at a time", flush=True)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def source_merges(cells: list[tuple[str, str, int]]) -> int:
+        for task, family, seed in cells:
+            if stop.is_set():
+                return 0
+            started = time.time()
+            code = merge_one(task, family, seed)
+            with lock:
+                print(f"[{time.strftime('%H:%M:%S')}] {task}/{family}/s{seed}: exit {code} after {time.time() - started:.0f} s",
+                      flush=True)
+                if code in (130, 143):
+                    stop.set()
+                    return code
+                if code == 0:
+                    collect_one(task, family, seed)
+                if tar is not None:
+                    write_tar(tar)
+        return 0
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        codes = list(pool.map(source_merges, by_source.values()))
+    stopped = [c for c in codes if c in (130, 143)]
+    return stopped[0] if stopped else 0
 
 
 def collect_one(task: str, family: str, seed: int) -> None:
@@ -357,6 +397,10 @@ def main() -> int:
     r.add_argument("--tar", type=Path, help="after each cell, the records and logs so far into this tar file")
     m = sub.add_parser("merge")
     m.add_argument("--seeds", default="1-5", help="e.g. 1, 2-5 or 1,3 (default 1-5)")
+    m.add_argument("--jobs", type=int, default=1, help="sources at once: 1 on a CPU; a GPU takes several")
+    m.add_argument("--train-missing", action="store_true",
+                   help="train a source cell again where its best/ is not here (records from a GPU came without weights)")
+    m.add_argument("--tar", type=Path, help="after each merge, the records and logs so far into this tar file")
     sub.add_parser("collect")
     sub.add_parser("report")
     args = parser.parse_args()
@@ -365,7 +409,7 @@ def main() -> int:
     elif args.what == "run":
         return run(args.only, parse_seeds(args.seeds), args.jobs, args.deadline, args.cuda_check, args.tar)
     elif args.what == "merge":
-        return run_merges(parse_seeds(args.seeds))
+        return run_merges(parse_seeds(args.seeds), args.jobs, args.train_missing, args.tar)
     elif args.what == "report":
         return report()
     else:
