@@ -65,6 +65,39 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
     return save_figure(fig, plt, out, dpi)
 
 
+def x_frame(xs: list[float], line: float | None, *, percent: bool) -> tuple[float, float]:
+    """The x-range of a panel: around its points, a one-class line included when it is near them
+    (within the points' own spread, or 5 points); a far line, or a --within band's part beyond the
+    frame, is left out (either would squeeze every point against one edge)."""
+    if not xs:
+        return -math.inf, math.inf
+    low, high = min(xs), max(xs)
+    if line is not None and -max(high - low, 5.0 if percent else 0.05) <= min(line - low, high - line):
+        low, high = min(low, line), max(high, line)
+    pad = max(0.08 * (high - low), 0.5 if percent else 0.02 * max(abs(high), 1e-3))
+    return low - pad, high + pad
+
+
+def mark_choice(ax, c: dict, x: str, y: str, sx: float, sy: float, frame: tuple[float, float], extra: dict) -> None:
+    """tradeoff --within's choice on its panel: the band of dev scores it chose in (not for a holdout
+    choice, whose band is not on this axis), clipped to the frame, and a ring on the chosen setting."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    unit = "point" if c["within"] == 1 else "points"
+    if c.get("select_on") != "holdout":
+        best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
+        low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
+        low, high = max(low, frame[0]), min(high, frame[1])  # a band wider than the frame is the frame
+        ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
+        extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
+    ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
+    ring = ("chosen: keeps the most skill in the band" if c.get("select_on") != "holdout" else
+            f"chosen on the holdout (within {c['within']:g} {unit} of its best)")
+    extra.setdefault("ring", Line2D([], [], marker="o", markersize=14, markerfacecolor="none",
+                                    markeredgecolor="black", markeredgewidth=1.8, linestyle="none", label=ring))
+
+
 def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 150, runs: list[Run] | None = None,
                     choices: list[dict] | None = None) -> Path:
     """One panel per task (a score's scale is the task's), one colour per setting across the panels:
@@ -76,7 +109,6 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
         raise ReportError(f"--out {out}: the figure is written as .png, .svg or .pdf (by extension)")
     plt = _pyplot()
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     tasks = tasks_in_order(settings)
     described = names_of(settings, runs)
@@ -113,38 +145,17 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
                        s=20, zorder=2)
             handles[s["label"]] = ax.scatter(s["median"][0] * sx, s["median"][1] * sy, color=color, marker="X", s=110,
                                              edgecolor="black", linewidth=0.7, zorder=3)
-        # The axes frame the points: a one-class line joins the frame when it is near them (within the
-        # points' own spread, or 5 points), else it is left out, as is a --within band's part beyond the
-        # frame; either would squeeze every point against one edge.
         xs = [p[x] * sx for s, _ in members for p in s["points"]] + [c[x] * sx for c in ([chosen[task]] if task in chosen else [])]
+        line = constant[task] * sx if task in constant else None
+        frame = x_frame(xs, line, percent=sx == 100)
         if xs:
-            low, high = min(xs), max(xs)
-            line = constant.get(task)
-            if line is not None and -max(high - low, 5.0 if sx == 100 else 0.05) <= min(line * sx - low, high - line * sx):
-                low, high = min(low, line * sx), max(high, line * sx)
-            pad = max(0.08 * (high - low), 0.5 if sx == 100 else 0.02 * max(abs(high), 1e-3))
-            frame = (low - pad, high + pad)
             ax.set_xlim(*frame)
-        else:
-            frame = (-math.inf, math.inf)
         if task in constant and frame[0] <= constant[task] * sx <= frame[1]:
             ax.axvline(constant[task] * sx, linestyle="--", color="0.45", linewidth=1.0, zorder=0)
             extra.setdefault("chance", Line2D([], [], linestyle="--", color="0.45", linewidth=1.0,
                                               label="one class for every example (MCC 0, majority share)"))
         if task in chosen:
-            c = chosen[task]
-            unit = "point" if c["within"] == 1 else "points"
-            if c.get("select_on") != "holdout":  # a band of dev scores; a holdout choice's band is not on this axis
-                best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
-                low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
-                low, high = max(low, frame[0]), min(high, frame[1])  # a band wider than the frame is the frame
-                ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
-                extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))
-            ax.scatter(c[x] * sx, c[y] * sy, s=420, facecolors="none", edgecolors="black", linewidths=1.8, zorder=4)
-            ring = ("chosen: keeps the most skill in the band" if c.get("select_on") != "holdout" else
-                    f"chosen on the holdout (within {c['within']:g} {unit} of its best)")
-            extra.setdefault("ring", Line2D([], [], marker="o", markersize=14, markerfacecolor="none",
-                                            markeredgecolor="black", markeredgewidth=1.8, linestyle="none", label=ring))
+            mark_choice(ax, chosen[task], x, y, sx, sy, frame, extra)
         ax.set_title(TASK_TITLES.get(task, str(task)))
         ax.set_xlabel(axis_title(x, task))
         ax.set_ylabel(axis_title(y))
