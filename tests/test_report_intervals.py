@@ -452,3 +452,18 @@ def test_best_under_a_holdout_says_whose_score_it_is(holdout_study):
     assert result.exit_code == 0, result.output
     assert "--at best: 15 of the runs held out part of train (task.holdout)" in result.stdout
     assert "task.holdout" not in invoke("compare", holdout_study, "--format", "markdown").stdout
+
+
+def test_select_on_holdout_compares_settings_over_vanilla_s_seeds_only(holdout_study, tmp_path):
+    """A setting that ran on one seed with the best holdout score is not chosen for it: its median is
+    over other data. It is listed as not eligible, with its seeds, and the line says so."""
+    run_dir(holdout_study, "lucky/s2", dev=0.70, holdout=0.95, kept=0.99, seed=2, optimizer="recadam", floor=0.2)
+    result = invoke("tradeoff", holdout_study, "--within", "1", "--select-on", "holdout", "--json", "--out", tmp_path / "h.png")
+    assert result.exit_code == 0, result.output
+    (choice,) = json.loads(result.stdout)
+    assert choice["name"] == "RecAdam floor 0.05" and choice["best"]["name"] == "vanilla fine-tuning"  # as without it
+    (lucky,) = [c for c in choice["candidates"] if c["name"] == "RecAdam floor 0.2"]
+    assert lucky["eligible"] is False and lucky["seeds"] == [2] and lucky["within"] is False
+    assert all("eligible" not in c for c in choice["candidates"] if c is not lucky)
+    shown = invoke("tradeoff", holdout_study, "--within", "1", "--select-on", "holdout", "--out", tmp_path / "h2.png")
+    assert "1 setting on fewer seeds than vanilla not compared (e.g. RecAdam floor 0.2: seed 2)" in shown.stdout

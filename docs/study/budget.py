@@ -26,6 +26,7 @@ baselines and the best two methods.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -364,7 +365,57 @@ def report() -> int:
             header = f"<!-- {' '.join(command)} -->\n" if name.endswith(".md") else ""
             (TABLES / name).write_text(header + done.stdout)
             print(f"wrote {TABLES / name}")
+    return summary(env)
+
+
+MARGIN = 0.01  # the bar: non-inferior to vanilla at 1 point of the task score (the interval's low end above -1)
+KEPT_BAR = 0.85  # and at least 85 % of the pretrained STS skill kept (the median over seeds)
+
+
+def summary(env: dict[str, str]) -> int:
+    """docs/study/tables/budget_summary.md: per task, each setting's median dev score and kept skill, the
+    paired 95 % intervals of their differences from vanilla, the holdout's pick, and whether the setting
+    meets the bar (kept >= 85 % and the score's interval above -1 point). From recall compare's JSON."""
+    lines = ["<!-- python docs/study/budget.py report: recall compare --against vanilla --format json (main, "
+             "sts_retained) and the pick of budget_<task>_pick.json -->", ""]
+    for task in [*TASKS, "sst2"]:
+        if not (DOCS / task).is_dir():
+            continue
+        rows = {}
+        for metric in ("main", "sts_retained"):
+            done = subprocess.run(["recall", "compare", str(DOCS / task), "--metric", metric, "--stats", "median",
+                                   "--against", "vanilla", "--format", "json"], capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                print(f"error: recall compare on {task}: {done.stderr.strip()}", file=sys.stderr)
+                return done.returncode
+            for g in json.loads(done.stdout):
+                rows.setdefault(g["group"], {"name": g["name"], "n": g["n"]})[metric] = g
+        pick = json.loads((TABLES / f"budget_{task}_pick.json").read_text())[0]["name"]
+        title = {"sst2": "SST-2"}.get(task, TASKS.get(task, ("",))[0])
+        lines += [f"**{title}** (dev; medians over seeds; Δ: mean paired difference from vanilla over the seeds "
+                  "both ran, 95 % bootstrap interval; ✓: kept ≥ 85 % and the score's interval above −1 point)", "",
+                  "| setting | n | score | Δ score [95 % CI] | STS kept | Δ kept [95 % CI] | bar |",
+                  "|---|---:|---:|---|---:|---|:---:|"]
+        for row in rows.values():
+            main, kept = row["main"], row["sts_retained"]
+            d_main, d_kept = (main.get("against") or {}).get("main"), (kept.get("against") or {}).get("sts_retained")
+            meets = (kept["median"] is not None and kept["median"] >= KEPT_BAR
+                     and (d_main is None or (d_main["low"] is not None and d_main["low"] > -MARGIN)))
+            name = row["name"] + (" **(pick)**" if row["name"] == pick else "")
+            lines.append(f"| {name} | {row['n']} | {100 * main['median']:.1f} | {interval(d_main)} | "
+                         f"{100 * kept['median']:.1f} % | {interval(d_kept)} | {'✓' if meets else ''} |")
+        lines.append("")
+    (TABLES / "budget_summary.md").write_text("\n".join(lines))
+    print(f"wrote {TABLES / 'budget_summary.md'}")
     return 0
+
+
+def interval(d: dict | None) -> str:
+    if d is None:
+        return "(reference)"
+    if d["low"] is None:
+        return f"{100 * d['difference']:+.1f} (n = {d['n']}: no interval)"
+    return f"{100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

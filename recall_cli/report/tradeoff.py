@@ -88,18 +88,24 @@ def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: st
         members = [s for s in settings if s["task"] == task]
         described = names_of(members, runs)
         rows = []
+        row_of: dict[int, dict[str, Any]] = {}  # a setting (by id) -> its row
         vanilla = [s for s, d in zip(members, described) if d.rank[0] == RANK["vanilla"]]
         for s, d in sorted(zip(members, described), key=lambda pair: pair[1].rank):
             mx, my = s["median"]
-            rows.append({"name": d.name, "label": s["label"], "settings": overrides(s["settings"]),
-                         x: mx, y: my, "n": len(s["points"]),
-                         **({"holdout": {x: holdout[id(s)]}} if holdout is not None else {})})
+            row_of[id(s)] = {"name": d.name, "label": s["label"], "settings": overrides(s["settings"]),
+                             x: mx, y: my, "n": len(s["points"]),
+                             **({"holdout": {x: holdout[id(s)]}} if holdout is not None else {})}
+            rows.append(row_of[id(s)])
         on = (lambda r: r["holdout"][x]) if holdout is not None else (lambda r: r[x])
         sign_x = -1.0 if x in LOWER_IS_BETTER else 1.0
         sign_y = -1.0 if y in LOWER_IS_BETTER else 1.0
-        best = max(rows, key=lambda r: sign_x * on(r))
+        eligible = rows
+        if holdout is not None:  # medians over other seeds are not comparable: only the reference's seeds
+            eligible = same_seeds(runs, [(s, row_of[id(s)]) for s in members], vanilla)
+        best = max(eligible, key=lambda r: sign_x * on(r))
+        ids = {id(r) for r in eligible}
         for r in rows:
-            r["within"] = sign_x * (on(best) - on(r)) * points(x) <= within + BOUNDARY
+            r["within"] = id(r) in ids and sign_x * (on(best) - on(r)) * points(x) <= within + BOUNDARY
         candidates = [r for r in rows if r["within"]]
         chosen = max(candidates, key=lambda r: (sign_y * r[y], sign_x * on(r), -rows.index(r)))
         entry = {"task": task, "name": chosen["name"], "label": chosen["label"], "settings": chosen["settings"],
@@ -113,6 +119,24 @@ def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: st
                      **against_vanilla(runs, pick, vanilla, x, y, within, level)}
         out.append(entry)
     return out
+
+
+def same_seeds(runs: list[Run], pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+               vanilla: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows (of (setting, row) pairs) whose setting ran on every seed vanilla ran on (else on the most
+    seeds any setting ran on); the others get ``eligible: false`` and the seeds they ran: a median over
+    fewer seeds is over other data, and a setting must not be chosen for a lucky seed the others lack."""
+    by_path = {str(run.path): run for run in runs}
+    seeds = {id(s): {by_path[p["run"]].seed for p in s["points"] if p["run"] in by_path} for s, _ in pairs}
+    wanted = seeds[id(vanilla[0])] if vanilla else max(seeds.values(), key=len)
+    out = []
+    for s, row in pairs:
+        if wanted <= seeds[id(s)]:
+            out.append(row)
+        else:
+            row["eligible"] = False
+            row["seeds"] = sorted(seeds[id(s)], key=str)
+    return out or [row for _, row in pairs]
 
 
 def holdout_medians(runs: list[Run], settings: list[dict[str, Any]], x: str) -> dict[int, float]:
@@ -205,6 +229,11 @@ def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
              f"{y} {_shown(choice[y], y)}: "
              f"the {most} {y} of the {len(within)} of {len(choice['candidates'])} settings whose holdout {x} is within "
              f"{margin} {unit} of the best, {_shown(best['holdout'][x], x)} ({who})")
+    fewer = [c for c in choice["candidates"] if c.get("eligible") is False]
+    if fewer:
+        first += (f"; {len(fewer)} setting{'s' if len(fewer) != 1 else ''} on fewer seeds than vanilla not compared "
+                  f"(e.g. {fewer[0]['name']}: seed{'s' if len(fewer[0]['seeds']) != 1 else ''} "
+                  f"{', '.join(map(str, fewer[0]['seeds']))})")
     against = choice["against"]
     second = f"  on dev: {x} {_shown(choice[x], x)} (median); "
     if against.get(x) is None:
