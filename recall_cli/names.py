@@ -96,6 +96,10 @@ GLUE_TASK_NAMES = tuple(TASKS)
 # Each task metric (metrics.jsonl's key) as tables and figure axes name it.
 METRIC_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
 
+# The optimizer keys only RecAdam reads (its pull and schedule): adamw sets them aside (said once as unused),
+# and reports leave them blank for adamw runs, so that vanilla runs form one setting.
+RECADAM_ONLY_KEYS = tuple(f"optimizer.{k}" for k in ("anneal_fun", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof",
+                                                      "recall_floor"))
 # model.init as the paper's tables name it: PI starts from theta*, RI from random weights that RecAdam recalls toward it.
 INIT_TITLES = {"pretrained": "PI", "random": "RI"}
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 
-from .names import OPTIMIZERS
+from .names import OPTIMIZERS, RECADAM_ONLY_KEYS
 from .recipe import OptimizerConfig, Recipe
 
 # What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the
 # embedding anchor's weight follows the same schedule (keep.schedule=recall).
-RECALL_KEYS = ("anneal_fun", "anneal_k", "anneal_t0", "anneal_w", "pretrain_cof", "recall_floor")
 
 
 def unused_keys(recipe: Recipe) -> list[str]:
@@ -25,7 +24,7 @@ def unused_keys(recipe: Recipe) -> list[str]:
     if recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall":
         return init
     default = OptimizerConfig()
-    return init + [f"optimizer.{key}" for key in RECALL_KEYS if getattr(o, key) != getattr(default, key)]
+    return init + [key for key in RECADAM_ONLY_KEYS if getattr(o, key.split(".")[1]) != getattr(default, key.split(".")[1])]
 
 
 def runnable(recipe: Recipe) -> Recipe:

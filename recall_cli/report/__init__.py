@@ -41,7 +41,6 @@ from .labels import METHOD_NAMES, group_label
 from .runs import (
     LABEL_NAMES,
     NOT_SETTINGS,
-    RECADAM_ONLY_KEYS,
     SHORT_KEYS,
     Run,
     differing_keys,
@@ -66,7 +65,7 @@ from .tables import (
 
 __all__ = [
     "AT", "FORMATS", "GLUE_TRAIN_SIZES", "LABEL_NAMES", "LOWER_IS_BETTER", "METHOD_NAMES",
-    "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RECADAM_ONLY_KEYS", "RUN_MEASURES",
+    "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RUN_MEASURES",
     "SHORT_KEYS", "SMALL_TASK_LIMIT", "STATS", "TASK_TITLES", "Cell", "Comparison", "CurveGroup", "Group",
     "ReportError", "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",
     "forgetting_groups", "forgetting_plain", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",

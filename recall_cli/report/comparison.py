@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
-from ..names import TASKS, is_vanilla
+from ..names import RECADAM_ONLY_KEYS, TASKS, is_vanilla
 from .labels import _sort_key, group_label
-from .runs import RECADAM_ONLY_KEYS, Run, _finite, _key, differing_keys, resolve_key
+from .runs import Run, _finite, _key, differing_keys, resolve_key
 
 PRESETS = ("init", "k", "main")
 AT = ("final", "best")

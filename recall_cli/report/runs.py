@@ -20,13 +20,10 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ReportError
-from ..names import SHORT_KEYS, is_vanilla
+from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
 from ..records import RECORD_PATH_KEYS
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
 
-# Keys that only mean something for RecAdam: blank for adamw runs, so vanilla runs form one group.
-RECADAM_ONLY_KEYS = ("optimizer.anneal_fun", "optimizer.anneal_k", "optimizer.anneal_t0",
-                     "optimizer.anneal_w", "optimizer.pretrain_cof", "optimizer.recall_floor")
 
 # Keys that never make a setting (issue 32): two runs that differ only in these are two seeds of one
 # setting, in compare, forgetting and tradeoff alike. Each changes bookkeeping, cadence or hardware, not
