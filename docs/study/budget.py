@@ -103,7 +103,10 @@ def base(task: str, seed: int, out: Path) -> list[str]:
             "task.max_seq_length=128", "model.init=pretrained", f"task.holdout={HOLDOUT}", "optimizer.lr=2e-5", "optimizer.weight_decay=0",
             f"train.batch_size={BATCH}", "train.max_steps=null", f"train.epochs={epochs}", "train.warmup_steps=0",
             "train.precision=auto", "train.compile=off", f"train.seed={seed}", "train.log_every=20",
-            f"train.eval_every={epoch}", "train.save_every=0", f"output_dir={out}"]
+            f"train.eval_every={epoch}", "train.save_every=0", "train.save=all", f"output_dir={out}",
+            # Every method off unless the family turns it on: the MiniLM recipes will ship what this study
+            # picks, and a recipe's method must not leak into another family's cells.
+            "model.lora.r=0", "keep.embeddings=0", "train.linear_probe_steps=0"]
 
 
 def cells(only: str | None = None, seeds: tuple[int, ...] = SEEDS, cuda_check: bool = False) -> list[tuple[str, str, int]]:
