@@ -394,11 +394,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     todo = [c for c in sweep.cells if c.state != FINISHED]
     done_before = len(sweep.cells) - len(todo)
-    previous = {c.get("name"): c for c in (read_index(sweep.out) or {}).get("cells", [])}
-    for cell in sweep.cells:  # keep what the index knew about cells finished by an earlier invocation
-        if cell.state == FINISHED and cell.name in previous:
-            cell.exit_code = previous[cell.name].get("exit_code", 0)
-            cell.seconds = previous[cell.name].get("seconds")
+    _restore_finished(sweep)
     if done_before:
         echo(f"sweep: {done_before} of {len(sweep.cells)} cells already finished, skipped")
     write_index(sweep)
@@ -464,6 +460,15 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
     return [c for c in sweep.cells if c.state in (FAILED, INTERRUPTED)]
+
+
+def _restore_finished(sweep: Sweep) -> None:
+    """Keep what the index knew about cells finished by an earlier invocation (exit code, seconds)."""
+    previous = {c.get("name"): c for c in (read_index(sweep.out) or {}).get("cells", [])}
+    for cell in sweep.cells:
+        if cell.state == FINISHED and cell.name in previous:
+            cell.exit_code = previous[cell.name].get("exit_code", 0)
+            cell.seconds = previous[cell.name].get("seconds")
 
 
 def _in_main_thread() -> bool:

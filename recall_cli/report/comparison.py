@@ -178,13 +178,7 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
 
     order = list(TASK_TITLES)  # the paper's column order: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE
     tasks = sorted({run.task for run in runs}, key=lambda t: (order.index(t) if t in order else len(order), t))
-    averages: list[tuple[str, list[str]]] = []
-    if len(tasks) > 1:
-        averages.append(("Avg", tasks))
-        small = [t for t in tasks if GLUE_TRAIN_SIZES.get(t, math.inf) < SMALL_TASK_LIMIT]
-        large = [t for t in tasks if SMALL_TASK_LIMIT < GLUE_TRAIN_SIZES.get(t, -1)]
-        if small and large:
-            averages += [("Avg <10k", small), ("Avg >10k", large)]
+    averages = task_averages(tasks)
     if not stats:
         stats = ["median", "max"] if preset else ["median", "max", "mean"]
     remarks = []
@@ -193,6 +187,15 @@ def compare(runs: list[Run], by: list[str] | None = None, metric: str = "main", 
         remarks.append(f"--at best: {held} of the runs held out part of train (task.holdout): their evaluations scored "
                        "the holdout, so their best eval is the holdout's (dev was scored once, at the end: --at final)")
     return Comparison(metric, at, keys, tasks, ordered, list(stats), averages, preset, remarks=remarks)
+
+
+def task_averages(tasks: list[str]) -> list[tuple[str, list[str]]]:
+    """The paper's average columns: over every task, and over those below and above 10k training rows."""
+    if len(tasks) < 2:
+        return []
+    small = [t for t in tasks if GLUE_TRAIN_SIZES.get(t, math.inf) < SMALL_TASK_LIMIT]
+    large = [t for t in tasks if SMALL_TASK_LIMIT < GLUE_TRAIN_SIZES.get(t, -1)]
+    return [("Avg", tasks)] + ([("Avg <10k", small), ("Avg >10k", large)] if small and large else [])
 
 
 def shared_settings(runs: list[Run]) -> dict[str, Any]:
