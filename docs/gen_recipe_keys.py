@@ -2,7 +2,7 @@
 
 Each key of ``recall_cli.recipe.all_keys()`` gets its type (the dataclass field's annotation), its
 default, what it means (the comments beside and above the field in recipe.py, and what reads it:
-names.METHODS, recipe_advice.RECALL_KEYS) and the checks that refuse a value (the messages of
+names.METHODS, names.RECADAM_ONLY_KEYS) and the checks that refuse a value (the messages of
 recipe_checks.check_recipe and methods.check_methods that start with the key). Nothing is written by hand,
 so the page cannot drift from the schema: `make docs` runs this first, and tests/test_docs.py checks
 that the committed page is what this script writes.
@@ -28,8 +28,7 @@ PAGE = REPO / "docs" / "recipe-keys.md"
 sys.path.insert(0, str(REPO))  # run from a clone without an install, as `make docs` may
 
 from recall_cli import recipe as recipe_module  # noqa: E402
-from recall_cli.names import METHODS, OPTIMIZERS  # noqa: E402
-from recall_cli.recipe_advice import RECALL_KEYS  # noqa: E402
+from recall_cli.names import METHODS, OPTIMIZERS, RECADAM_ONLY_KEYS  # noqa: E402
 
 # Where the checks live: the recipe's own and the methods' (each message starts with the key it is about).
 CHECK_SOURCES = (REPO / "recall_cli" / "recipe.py", REPO / "recall_cli" / "recipe_checks.py",
@@ -188,8 +187,8 @@ def cell(text: str) -> str:
 def read_by() -> dict[str, str]:
     anchored = ", ".join(f"`{o.name}`" for o in OPTIMIZERS.values() if o.anchored)
     vanilla = ", ".join(f"`{o.name}`" for o in OPTIMIZERS.values() if not o.anchored)
-    notes = {f"optimizer.{key}": f"*Read by RecAdam only* ({anchored}); with {vanilla} it is listed as unused on "
-             "the start line and in `--dry-run`." for key in RECALL_KEYS}
+    notes = {key: f"*Read by RecAdam only* ({anchored}); with {vanilla} it is listed as unused on "
+             "the start line and in `--dry-run`." for key in RECADAM_ONLY_KEYS}
     for method in METHODS.values():
         for key in method.keys:
             turns_on = "; turns it on" if key == method.switch else ""

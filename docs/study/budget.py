@@ -408,8 +408,29 @@ def summary(env: dict[str, str]) -> int:
             lines.append(f"| {name} | {row['n']} | {100 * main['median']:.1f} | {interval(d_main)} | "
                          f"{100 * kept['median']:.1f} % | {interval(d_kept)} | {'✓' if meets else ''} |")
         lines.append("")
-    (TABLES / "budget_summary.md").write_text("\n".join(lines))
+    text = "\n".join(lines)
+    (TABLES / "budget_summary.md").write_text(text)
     print(f"wrote {TABLES / 'budget_summary.md'}")
+    return splice(RESULTS, text)
+
+
+RESULTS = Path("docs/results.md")
+START, END = "<!-- budget_summary: start (python docs/study/budget.py report writes this part) -->", "<!-- budget_summary: end -->"
+
+
+def splice(page: Path, text: str) -> int:
+    """The summary tables into the results page between its markers, so that the page says what the
+    records say (report rebuilds it, byte for byte)."""
+    if not page.is_file():
+        return 0
+    body = page.read_text(encoding="utf-8")
+    if START not in body or END not in body:
+        print(f"error: {page} has no {START} ... {END} markers for the summary", file=sys.stderr)
+        return 1
+    head, rest = body.split(START, 1)
+    _, tail = rest.split(END, 1)
+    page.write_text(f"{head}{START}\n{text.split(chr(10), 2)[2]}{END}{tail}", encoding="utf-8")
+    print(f"wrote the summary into {page}")
     return 0
 
 
