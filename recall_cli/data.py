@@ -476,37 +476,6 @@ class BatchOrder:
         return self._perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
 
 
-# ---- the holdout: choosing on rows the report does not score ---------------------------------------
-
-HOLDOUT_SEED = 20_260_425  # fixed: every run of a task, whatever its train.seed, holds out the same rows
-
-
-def holdout_split(labels: Sequence[Any], fraction: float, *, regression: bool) -> tuple[list[int], list[int]]:
-    """(training indices, holdout indices), both in the split's order. Stratified: each class gives
-    round(fraction x its rows) rows, at least one; a regression task is stratified by the label's
-    quintile. Raises DataError when a class has too few rows to give one and keep one."""
-    import random
-
-    if regression:
-        ranks = sorted(range(len(labels)), key=lambda i: labels[i])
-        strata = {i: min(4, 5 * r // max(1, len(labels))) for r, i in enumerate(ranks)}
-    else:
-        strata = {i: label for i, label in enumerate(labels)}
-    by_stratum: dict[Any, list[int]] = {}
-    for i in range(len(labels)):
-        by_stratum.setdefault(strata[i], []).append(i)
-    rng = random.Random(HOLDOUT_SEED)
-    held: set[int] = set()
-    for stratum, rows in sorted(by_stratum.items(), key=lambda kv: str(kv[0])):
-        take = max(1, round(fraction * len(rows)))
-        if take >= len(rows):
-            raise DataError(f"task.holdout={fraction:g}: {'label' if not regression else 'stratum'} {stratum!r} has "
-                            f"{len(rows)} training row{'s' if len(rows) != 1 else ''}, too few to hold one out and "
-                            "train on the rest (lower task.holdout, or use more training rows)")
-        held.update(rng.sample(rows, take))
-    return [i for i in range(len(labels)) if i not in held], sorted(held)
-
-
 def subset(features: Features, indices: Sequence[int]) -> Features:
     return Features(
         input_ids=[features.input_ids[i] for i in indices],

