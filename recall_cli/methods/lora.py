@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from pathlib import Path
 
 import torch
@@ -36,7 +37,11 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
     config = LoraConfig(task_type=TaskType.SEQ_CLS, r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets)
     try:
-        return get_peft_model(model, config)
+        with warnings.catch_warnings():
+            # peft reads transformers' is_gradient_checkpointing, which transformers 5 deprecates in a
+            # FutureWarning a recall user can do nothing about (recall does not checkpoint activations).
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return get_peft_model(model, config)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                          if isinstance(module, torch.nn.Linear)})
