@@ -272,6 +272,12 @@ def cause_in_log(log: Path) -> str | None:
     return errors[-1].removeprefix("error:").strip()[:300] if errors else None
 
 
+# Keys a cell may differ in from its directory and still be that cell (resumed, or left as finished):
+# where it is written and bookkeeping that does not touch training (what a finished run keeps, which
+# changed its default from all to final, where records also go, how often a train record is written).
+BOOKKEEPING = ("output_dir", "train.save", "train.report_to", "train.log_every")
+
+
 def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
     """Set the cell's state from its directory; a problem if the directory holds something else."""
     path = cell.path
@@ -284,7 +290,7 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
     # A key the saved config lacks did not exist when the run was made (e.g. probe.* before probes):
     # not a difference, or every old sweep would refuse to resume after an upgrade.
     differ = [k for k in sorted(set(saved) | set(wanted_flat))
-              if k != "output_dir" and k in saved and saved.get(k) != wanted_flat.get(k)]
+              if k not in BOOKKEEPING and k in saved and saved.get(k) != wanted_flat.get(k)]
     if differ:
         shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted_flat.get(k)!r} now" for k in differ[:3])
         return (f"{path} holds a run with other settings ({shown}): choose another --out, "

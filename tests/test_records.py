@@ -231,14 +231,19 @@ def test_record_of_a_holdout_run_scores_the_rows_the_run_held_out(tiny_model_dir
 
 
 def test_a_second_writer_of_the_same_record_is_refused_naming_the_first(run, tmp_path):
-    """evaluate --record (and merge --out) hold a lock on the hidden sibling .OUT.recall.lock for their
-    life: another process writing the same OUT gets one line with the holder's pid, exit 2, and no OUT."""
+    """evaluate --record (and merge --out) hold a lock named after OUT's absolute path (in the temporary
+    folder: OUT and its parents need not exist) for their life: another process writing the same OUT
+    gets one line with the holder's pid, exit 2, and no OUT; the lock dies with its holder."""
     import subprocess
     import sys
     import time
 
-    out = tmp_path / "rec"
-    lock = tmp_path / ".rec.recall.lock"
+    import hashlib
+    import tempfile
+
+    out = tmp_path / "new" / "rec"  # its parent does not exist yet either
+    lock = Path(tempfile.gettempdir()) / "recall-locks" / f"{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]}.lock"
+    lock.parent.mkdir(exist_ok=True)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time\n"
         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"

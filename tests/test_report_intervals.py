@@ -466,4 +466,18 @@ def test_select_on_holdout_compares_settings_over_vanilla_s_seeds_only(holdout_s
     assert lucky["eligible"] is False and lucky["seeds"] == [2] and lucky["within"] is False
     assert all("eligible" not in c for c in choice["candidates"] if c is not lucky)
     shown = invoke("tradeoff", holdout_study, "--within", "1", "--select-on", "holdout", "--out", tmp_path / "h2.png")
-    assert "1 setting on fewer seeds than vanilla not compared (e.g. RecAdam floor 0.2: seed 2)" in shown.stdout
+    assert "1 setting on other seeds than the reference not compared (e.g. RecAdam floor 0.2: seed 2)" in shown.stdout
+
+
+def test_select_on_holdout_does_not_choose_for_seeds_vanilla_lacks(holdout_study, tmp_path):
+    """A setting on vanilla's seeds plus lucky extra ones: its median is over other data, so it is not
+    compared either (helper-8's case: worse on the shared seeds, best over all of its own)."""
+    for seed in SEEDS:
+        run_dir(holdout_study, f"more/s{seed}", dev=0.70, holdout=0.70, kept=0.99, seed=seed, optimizer="recadam", floor=0.3)
+    for seed in (6, 7, 8, 9):
+        run_dir(holdout_study, f"more/s{seed}", dev=0.95, holdout=0.95, kept=0.99, seed=seed, optimizer="recadam", floor=0.3)
+    result = invoke("tradeoff", holdout_study, "--within", "1", "--select-on", "holdout", "--json", "--out", tmp_path / "h.png")
+    (choice,) = json.loads(result.stdout)
+    assert choice["name"] == "RecAdam floor 0.05"
+    (more,) = [c for c in choice["candidates"] if c["name"] == "RecAdam floor 0.3"]
+    assert more["eligible"] is False and more["seeds"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]

@@ -251,6 +251,10 @@ def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
     changed = invoke(*args[:2], "optimizer.lr=0.002", *args[2:])
     assert changed.exit_code == 2 and "holds a run with other settings (optimizer.lr: 0.001 there, 0.002 now)" in changed.stderr
     assert changed.stderr.strip().endswith("(and 3 more cells like it)") and len(changed.stderr.strip().splitlines()) == 1
+    # Bookkeeping is not another setting: the cells made when train.save defaulted to all are still these
+    # cells (a sweep from then re-runs as finished), and so are cells with another log cadence.
+    same = invoke(*args[:2], "train.save=final", "train.log_every=3", *args[2:])
+    assert same.exit_code == 0 and "4 of 4 cells already finished, skipped" in same.stdout, same.output
 
 
 @pytest.mark.slow

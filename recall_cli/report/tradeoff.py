@@ -32,6 +32,7 @@ Choosing on dev (the default) prints and returns what it did before.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from ..errors import ReportError
@@ -123,20 +124,26 @@ def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: st
 
 def same_seeds(runs: list[Run], pairs: list[tuple[dict[str, Any], dict[str, Any]]],
                vanilla: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows (of (setting, row) pairs) whose setting ran on every seed vanilla ran on (else on the most
-    seeds any setting ran on); the others get ``eligible: false`` and the seeds they ran: a median over
-    fewer seeds is over other data, and a setting must not be chosen for a lucky seed the others lack."""
+    """The rows (of (setting, row) pairs) whose setting ran on exactly the reference's seeds: vanilla's
+    (the most-seeded vanilla group's, if several), else the seed set most settings ran on. The others
+    get ``eligible: false`` and the seeds they ran: a median over other seeds is over other data, and a
+    setting must not be chosen for a lucky seed the others lack (nor for extra seeds they lack)."""
     by_path = {str(run.path): run for run in runs}
-    seeds = {id(s): {by_path[p["run"]].seed for p in s["points"] if p["run"] in by_path} for s, _ in pairs}
-    wanted = seeds[id(vanilla[0])] if vanilla else max(seeds.values(), key=len)
+    seeds = {id(s): frozenset(by_path[p["run"]].seed for p in s["points"] if p["run"] in by_path) for s, _ in pairs}
+    order = lambda found: (len(found), sorted(map(str, found)))  # noqa: E731 - ties: the same choice every time
+    if vanilla:
+        wanted = max((seeds[id(v)] for v in vanilla), key=order)
+    else:
+        counts = Counter(seeds.values())
+        wanted = max(counts, key=lambda found: (counts[found], *order(found)))
     out = []
     for s, row in pairs:
-        if wanted <= seeds[id(s)]:
+        if seeds[id(s)] == wanted:
             out.append(row)
         else:
             row["eligible"] = False
             row["seeds"] = sorted(seeds[id(s)], key=str)
-    return out or [row for _, row in pairs]
+    return out
 
 
 def holdout_medians(runs: list[Run], settings: list[dict[str, Any]], x: str) -> dict[int, float]:
@@ -231,7 +238,7 @@ def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
              f"{margin} {unit} of the best, {_shown(best['holdout'][x], x)} ({who})")
     fewer = [c for c in choice["candidates"] if c.get("eligible") is False]
     if fewer:
-        first += (f"; {len(fewer)} setting{'s' if len(fewer) != 1 else ''} on fewer seeds than vanilla not compared "
+        first += (f"; {len(fewer)} setting{'s' if len(fewer) != 1 else ''} on other seeds than the reference not compared "
                   f"(e.g. {fewer[0]['name']}: seed{'s' if len(fewer[0]['seeds']) != 1 else ''} "
                   f"{', '.join(map(str, fewer[0]['seeds']))})")
     against = choice["against"]

@@ -91,14 +91,23 @@ class RunLock:
         import fcntl
 
         path = path or run_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        for _ in range(5):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise RunDirError(f"{run_dir} is being written by process {holder} ({writer}): wait for it to end or "
+                                  f"stop it, or choose another {other}; two writers would mix their files") from None
+            try:  # the holder may have released (and removed) the file between our open and our lock
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            raise RunDirError(f"{run_dir} is being written by process {holder} ({writer}): wait for it "
-                              f"to end or stop it, or choose another {other}; two writers would mix their files") from None
+        else:
+            raise RunDirError(f"{run_dir}: could not take its lock file {path}: run the command again")
         previous = os.read(fd, 64).decode(errors="replace").strip()
         if previous and previous != str(os.getpid()) and warn is not None:
             warn(f"{run_dir}: took over the lock of process {previous}, which is no longer running")
@@ -120,14 +129,18 @@ class RunLock:
 
 @contextmanager
 def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
-    """One writer of a staged output (merge --out, evaluate --record) for the command's life: a lock on
-    the hidden sibling .OUT.recall.lock, so a second command writing the same OUT is refused in one line
-    naming the first's pid instead of racing it to the rename (or replacing it under --overwrite)."""
+    """One writer of a staged output (merge --out, evaluate --record) for the command's life, so a second
+    command writing the same OUT is refused in one line naming the first's pid instead of racing it to
+    the rename (or replacing it under --overwrite). The lock file is named after OUT's absolute path in
+    the temporary folder: OUT and its parents may not exist yet, and every writer must find the same file."""
+    import hashlib
+    import tempfile
+
     out = Path(out)
-    if not out.parent.is_dir():  # the command's own check says what is wrong with the path
-        yield
-        return
-    lock = RunLock.take(out, path=out.parent / f".{out.name}{LOCK_FILE}", writer=writer, other=other)
+    folder = Path(tempfile.gettempdir()) / "recall-locks"
+    folder.mkdir(mode=0o1777, exist_ok=True)
+    name = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]
+    lock = RunLock.take(out, path=folder / f"{name}.lock", writer=writer, other=other)
     try:
         yield
     finally:

@@ -116,10 +116,10 @@ def cannot_compile(device: torch.device) -> str | None:
     if device.type == "cuda" and importlib.util.find_spec("triton") is None:
         return "Triton is not installed (torch.compile's GPU code generator; it comes with CUDA builds of torch)"
     if device.type == "cpu":
-        chosen = os.environ.get("CXX")
+        chosen = os.environ.get("CXX", "").split()  # a blank CXX is no CXX
         if chosen:  # inductor builds with $CXX when it is set, whatever else is installed
-            if not shutil.which(chosen.split()[0]):
-                return f"CXX={chosen} is not an executable (torch.compile builds CPU kernels with it): fix or unset CXX"
+            if not shutil.which(chosen[0]):
+                return f"CXX={' '.join(chosen)} is not an executable (torch.compile builds CPU kernels with it): fix or unset CXX"
         elif not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
             return "no C++ compiler found (torch.compile builds CPU kernels with one: install g++ or set CXX)"
     return None
