@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from recall_cli.distributed import Distributed
-from recall_cli.errors import TrainingDiverged
 from recall_cli.training.progress import WINDOW_KEYS, add_step, add_sums, window_fields
 from recall_cli.training.pending import Pending
 from recall_cli.training.checkpoint import TrainerState
