@@ -13,51 +13,19 @@ import numpy as np
 import pytest
 import yaml
 
-from recall_cli.recipe import build_recipe
 
-from test_tradeoff import DATA_DIRS, PRETRAINED, invoke, one_line_error
+from test_tradeoff import PRETRAINED, fake, invoke, one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = (1, 2, 3, 4, 5)
 
 
-def run_dir(root: Path, name: str, *, dev: float, kept: float | None = 0.8, holdout: float | None = None,
-            task="mrpc", optimizer="adamw", floor: float | None = None, seed=1, record: dict | None = None,
-            task_keys: dict | None = None, train_keys: dict | None = None, sections: dict | None = None) -> Path:
-    """A finished run (a scored record with ``record``) whose final dev score is ``dev``, whose last probe
-    keeps ``kept`` of the STS skill and, with ``holdout``, which held out part of train (task.holdout):
-    its evaluations scored the holdout (the last one ``holdout``) and dev was scored once at the end."""
-    run = root / name
-    run.mkdir(parents=True)
-    optim = {"name": optimizer, **({"recall_floor": floor} if floor is not None else {})}
-    raw = {"model": {"name_or_path": PRETRAINED},
-           "task": {"name": task, "data_dir": str(DATA_DIRS[task]), **({"holdout": 0.1} if holdout is not None else {}),
-                    **(task_keys or {})},
-           "optimizer": optim, "train": {"max_steps": 100, "seed": seed, **(train_keys or {})},
-           "output_dir": str(run), **(sections or {})}
-    recipe, problems = build_recipe(raw, check_files=False)
-    assert not problems, problems
-    config = recipe.to_dict()
-    if record is not None:
-        config["record"] = {"checkpoint": f"merges/{name}", "against": PRETRAINED, **record}
-    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    metric = "mcc" if task == "cola" else "accuracy"
-    scores = lambda v: {metric: v, "main": v}  # noqa: E731
-    lines = []
-    if holdout is not None:
-        lines += [{"step": 50, "split": "eval", "data": "holdout", **scores(holdout - 0.01)},
-                  {"step": 100, "split": "eval", "data": "holdout", **scores(holdout)},
-                  {"step": 100, "split": "test", "data": "dev", **scores(dev)}]
-        final = {"step": 100, **scores(dev), "holdout": scores(holdout), "dev": scores(dev)}
-    else:
-        lines.append({"step": 100, "split": "eval", **scores(dev)})
-        final = {"step": 100, **scores(dev)}
-    if kept is not None:
-        lines.append({"step": 100, "split": "probe", "sts_retained": kept, "cka": 0.5, "drift": 0.2})
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    (run / "summary.json").write_text(json.dumps({"task": task, "finished": True, "final": final, "best": final,
-                                                  "seed": seed}))
-    return run
+def run_dir(root: Path, name: str, *, dev: float, kept: float | None = 0.8, task="mrpc", optimizer="adamw",
+            **keys) -> Path:
+    """test_tradeoff.fake with this file's defaults (MRPC, adamw): a finished run (a scored record with
+    ``record``) whose final dev score is ``dev``, whose last probe keeps ``kept`` of the STS skill (None:
+    no probe) and, with ``holdout``, which held out part of train (task.holdout)."""
+    return fake(root, name, main=dev, kept=kept, task=task, optimizer=optimizer, **keys)
 
 
 def direct_interval(d: list[float], level=0.95, resamples=10_000, seed=0) -> tuple[float, float]:

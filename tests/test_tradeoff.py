@@ -25,15 +25,22 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args], terminal_width=200)
 
 
-def fake(root: Path, name: str, *, main: float, kept: float, task="sst2", optimizer="recadam", init="pretrained",
-         floor: float | None = None, seed=1, drift=0.2, probes=True, record: dict | None = None) -> Path:
+def fake(root: Path, name: str, *, main: float, kept: float | None, task="sst2", optimizer="recadam", init="pretrained",
+         floor: float | None = None, seed=1, drift=0.2, probes=True, record: dict | None = None,
+         holdout: float | None = None, task_keys: dict | None = None, train_keys: dict | None = None,
+         sections: dict | None = None) -> Path:
     """A finished run (or, with ``record``, a scored record) whose final eval scores ``main`` and whose
-    final probe keeps ``kept`` of the STS skill."""
+    final probe keeps ``kept`` of the STS skill. With ``holdout``, a run that held out part of train
+    (task.holdout): its evaluations scored the holdout (the last one ``holdout``) and dev (``main``) was
+    scored once at the end."""
     run = root / name
     run.mkdir(parents=True)
     optim = {"name": optimizer, **({"recall_floor": floor} if floor is not None else {})}
-    raw = {"model": {"name_or_path": PRETRAINED, "init": init}, "task": {"name": task, "data_dir": str(DATA_DIRS[task])},
-           "optimizer": optim, "train": {"max_steps": 100, "seed": seed}, "output_dir": str(run)}
+    raw = {"model": {"name_or_path": PRETRAINED, "init": init},
+           "task": {"name": task, "data_dir": str(DATA_DIRS[task]), **({"holdout": 0.1} if holdout is not None else {}),
+                    **(task_keys or {})},
+           "optimizer": optim, "train": {"max_steps": 100, "seed": seed, **(train_keys or {})},
+           "output_dir": str(run), **(sections or {})}
     recipe, problems = build_recipe(raw, check_files=False)
     assert not problems, problems
     config = recipe.to_dict()
@@ -41,12 +48,20 @@ def fake(root: Path, name: str, *, main: float, kept: float, task="sst2", optimi
         config["record"] = {"checkpoint": f"merges/{name}", "against": PRETRAINED, **record}
     (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     metric = "mcc" if task == "cola" else "accuracy"
-    lines = [{"step": 100, "split": "eval", metric: main, "main": main}]
-    if probes:
+    scores = lambda v: {metric: v, "main": v}  # noqa: E731
+    if holdout is not None:
+        lines = [{"step": 50, "split": "eval", "data": "holdout", **scores(holdout - 0.01)},
+                 {"step": 100, "split": "eval", "data": "holdout", **scores(holdout)},
+                 {"step": 100, "split": "test", "data": "dev", **scores(main)}]
+        final = {"step": 100, **scores(main), "holdout": scores(holdout), "dev": scores(main)}
+    else:
+        lines = [{"step": 100, "split": "eval", **scores(main)}]
+        final = {"step": 100, **scores(main)}
+    if probes and kept is not None:
         lines.append({"step": 100, "split": "probe", "sts_retained": kept, "cka": 0.5, "drift": drift})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    final = {k: v for k, v in lines[0].items() if k != "split"}
-    (run / "summary.json").write_text(json.dumps({"task": task, "finished": True, "final": final, "best": final}))
+    (run / "summary.json").write_text(json.dumps({"task": task, "finished": True, "final": final, "best": final,
+                                                  "seed": seed}))
     return run
 
 

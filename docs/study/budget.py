@@ -143,8 +143,10 @@ def done(task: str, family: str, seed: int) -> bool:
 
 def tidy(task: str, family: str, seed: int) -> None:
     """Delete the weights no later step reads: merges read best/ (vanilla, LP-FT) and lp/ (LP-FT)."""
-    out = cell_dir(task, family, seed)
-    keep = {"best", "lp"} if family in ("vanilla", "lpft") else set()
+    tidy_folder(cell_dir(task, family, seed), {"best", "lp"} if family in ("vanilla", "lpft") else set())
+
+
+def tidy_folder(out: Path, keep: set[str]) -> None:
     for child in out.iterdir():
         if child.is_dir() and child.name not in keep:
             shutil.rmtree(child)
@@ -267,9 +269,7 @@ def endpoint(task: str, source: str, seed: int, log) -> int:
     code = subprocess.call([sys.executable, "-m", "recall_cli", "finetune", *base(task, seed, out), *overrides,
                             "--overwrite", "--plain"], stdout=log, stderr=subprocess.STDOUT)
     if code == 0:
-        for child in out.iterdir():  # as tidy: the merges read best/
-            if child.is_dir() and child.name not in ("best", "lp"):
-                shutil.rmtree(child)
+        tidy_folder(out, {"best", "lp"})
     return code
 
 

@@ -20,7 +20,7 @@ from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_lege
 from .probe_tables import SKILL_TITLES, final_layers, skill_field
 from .runs import Run
 from .tables import LOWER_IS_BETTER
-from .tradeoff import constant_scores, names_of, points, tasks_in_order
+from .tradeoff import constant_scores, names_of, points, tasks_in_order, whole_recipes
 
 
 def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
@@ -115,11 +115,9 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     name_of = {s["label"]: d.name for s, d in zip(settings, described)}
     rank_of = {s["label"]: d.rank for s, d in zip(settings, described)}
     labels = sorted(dict.fromkeys(s["label"] for s in settings), key=lambda label: rank_of[label])
-    by_path = {str(run.path): run for run in runs or []}
     whole = {}  # label -> one member run's whole recipe (its family's hue)
-    for s in settings:
-        run = by_path.get(s["points"][0]["run"]) if s["points"] else None
-        whole.setdefault(s["label"], run.settings if run is not None else s["settings"])
+    for s, full in zip(settings, whole_recipes(settings, runs)):
+        whole.setdefault(s["label"], full)
     colors = family_colors([(label, whole[label]) for label in labels])
     constant = constant_scores(runs, x) if runs else {}
     chosen = {c["task"]: c for c in choices or []}

@@ -57,14 +57,19 @@ def check_within(within: float) -> None:
         raise ReportError(f"--within {within}: give a finite number of points >= 0 (task score ×100), e.g. --within 1.0")
 
 
-def names_of(settings: list[dict[str, Any]], runs: list[Run] | None) -> list:
-    """families.describe for tradeoff_points' settings: each read with one member run's whole recipe."""
+def whole_recipes(settings: list[dict[str, Any]], runs: list[Run] | None) -> list[dict[str, Any]]:
+    """Per tradeoff_points setting, one member run's whole recipe as dotted keys (else its grouping keys)."""
     by_path = {str(run.path): run for run in runs or []}
-    pairs = []
+    out = []
     for s in settings:
         run = by_path.get(s["points"][0]["run"]) if s["points"] else None
-        pairs.append((s["settings"], run.settings if run is not None else s["settings"]))
-    return describe(pairs)
+        out.append(run.settings if run is not None else s["settings"])
+    return out
+
+
+def names_of(settings: list[dict[str, Any]], runs: list[Run] | None) -> list:
+    """families.describe for tradeoff_points' settings: each read with one member run's whole recipe."""
+    return describe([(s["settings"], full) for s, full in zip(settings, whole_recipes(settings, runs))])
 
 
 SELECT_ON = ("dev", "holdout")
