@@ -49,12 +49,12 @@ def main() -> None:
     total = plan_total_steps(recipe, len(task.train))
     built = build_model(recipe.model, task.spec.num_labels, tc.seed)
     model = built.model.to(device).train()
-    optimizer = build_optimizer(model, built.anchors, recipe, total)
+    optimizer = build_optimizer(model, built.theta_star, recipe, total)
     order = BatchOrder(len(task.train), tc.batch_size, tc.seed)
     pad = tokenizer.pad_token_id or 0
 
     start = time.perf_counter()
-    prober = prober_for_run(recipe, model, built.anchors, tokenizer, device)
+    prober = prober_for_run(recipe, model, built.theta_star, tokenizer, device)
     build_s = time.perf_counter() - start
     for note in prober.notes:
         print(f"note: {note}")

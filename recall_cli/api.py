@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .names import PROBE_NAMES
-from .optim import RecAdam, distance_to_anchor
+from .optim import RecAdam, distance_to_theta_star
 
 __all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
@@ -58,7 +58,7 @@ def recadam_for(
     """
     from .model import (
         _load,
-        anchors_by_name,
+        theta_star_by_name,
         fresh_parameters,
         head_is_new,
         head_parameter_names,
@@ -76,30 +76,30 @@ def recadam_for(
     if head not in ("auto", "keep", "new"):
         raise ValueError(f"head {head!r}: choose 'auto', 'keep' or 'new'")
     quiet_transformers()
-    reference, info = _load("model", loader, str(pretrained), config=model.config, output_loading_info=True,
-                            ignore_mismatched_sizes=True, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    theta_star_model, info = _load("model", loader, str(pretrained), config=model.config, output_loading_info=True,
+                                  ignore_mismatched_sizes=True, dtype=torch.float32, trust_remote_code=trust_remote_code)
     fresh = fresh_parameters(info)
-    if head_is_new(ModelConfig(name_or_path=str(pretrained), head=head), reference.config):
-        fresh |= head_parameter_names(reference)
-    anchors = anchors_by_name(reference, fresh, copy=False)  # RecAdam copies θ* onto each parameter's device
+    if head_is_new(ModelConfig(name_or_path=str(pretrained), head=head), theta_star_model.config):
+        fresh |= head_parameter_names(theta_star_model)
+    theta_star = theta_star_by_name(theta_star_model, fresh, copy=False)  # RecAdam copies θ* onto each parameter's device
     own = dict(model.named_parameters())
-    anchors = {name: a for name, a in anchors.items() if name in own and own[name].shape == a.shape}
-    if not anchors:
+    theta_star = {name: a for name, a in theta_star.items() if name in own and own[name].shape == a.shape}
+    if not theta_star:
         raise ValueError(f"no parameter of {type(model).__name__} has a pretrained counterpart in {pretrained}: "
                          "is it the checkpoint this model was built from?")
-    anchored = sum(a.numel() for a in anchors.values())
+    anchored = sum(a.numel() for a in theta_star.values())
     total = sum(p.numel() for p in model.parameters())
     if anchored < total / 2:  # another width or architecture: a few shapes (a bias) match by chance
         raise ValueError(f"only {anchored:,} of {type(model).__name__}'s {total:,} weights have a counterpart of the "
                          f"same shape in {pretrained}: is it the checkpoint this model was built from (the same "
                          "width and depth)?")
     name = "adam_coupled" if mode == "coupled" else "recadam"
-    groups = parameter_groups(model, anchors, OptimizerConfig(name=name, weight_decay=weight_decay))
+    groups = parameter_groups(model, theta_star, OptimizerConfig(name=name, weight_decay=weight_decay))
     optimizer = RecAdam(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         anneal_fun=anneal_fun, anneal_k=anneal_k, anneal_t0=anneal_t0, anneal_w=anneal_w,
                         pretrain_cof=pretrain_cof, recall_floor=recall_floor, mode=mode,
                         anchor_dtype=anchor_dtype, foreach=foreach, fused=fused)
-    del reference, anchors
+    del theta_star_model, theta_star
     return optimizer
 
 
@@ -107,7 +107,7 @@ def anchor_distance(optimizer: torch.optim.Optimizer) -> float:
     """‖θ − θ*‖ over the parameters RecAdam pulls toward θ* (the distance `recall finetune` logs).
     Accepts the optimizer as a wrapper (accelerate's) hands it back too."""
     pairs = list(unwrap(optimizer).anchored())
-    return distance_to_anchor(*zip(*pairs)) if pairs else 0.0
+    return distance_to_theta_star(*zip(*pairs)) if pairs else 0.0
 
 
 def unwrap(optimizer: Any) -> RecAdam:
@@ -139,26 +139,26 @@ def probe(
     """What ``model`` (in memory: a classifier, an MLM model or a bare encoder) still knows of θ* =
     ``against``: the measures `recall probe` prints, with its defaults (all probe sentences and STS
     pairs, 128 tokens), as one record with the same fields as a row of `recall probe --json`:
-    ``target`` (``name``), ``theta`` (None: in memory), ``reference``, ``texts``, ``pairs``, ``cka``,
+    ``target`` (``name``), ``theta`` (None: in memory), ``reference`` (θ*), ``texts``, ``pairs``, ``cka``,
     ``cka_debiased``, ``cka_layers``, ``cka_debiased_layers``, ``drift``, ``sts``, ``sts_ref``,
     ``sts_retained``, ``mlm_loss``, ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran),
     ``probe_seconds`` and ``notes``. Runs on the model's device; leaves its mode (train/eval) as it was.
     """
     from .probes.runner import check_size, load_inputs
-    from .probes.targets import reference_prober
+    from .probes.targets import theta_star_prober
 
     check_size("max_length", max_length, 8)
     check_size("batch_size", batch_size, 1)
     probes = list(probes)
     inputs = load_inputs(probes, str(texts) if texts else None, str(pairs) if pairs else None, num_texts, num_pairs)
-    reference = str(against)
+    theta_star = str(against)
     device = next(model.parameters()).device
-    prober, ref_model = reference_prober(reference, probes, inputs, tokenizer, device, max_length=max_length,
+    prober, ref_model = theta_star_prober(theta_star, probes, inputs, tokenizer, device, max_length=max_length,
                                          batch_size=batch_size, option="max_length=",
                                          trust_remote_code=trust_remote_code)
     del ref_model
     record = prober.measure(model)
-    return {"target": name, "theta": None, "reference": reference, "texts": prober.n_texts, "pairs": prober.n_pairs,
+    return {"target": name, "theta": None, "reference": theta_star, "texts": prober.n_texts, "pairs": prober.n_pairs,
             **record, "notes": list(prober.notes)}
 
 
@@ -180,16 +180,16 @@ def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | tor
     from .methods.keep import EmbeddingAnchor
 
     if isinstance(pretrained, torch.nn.Module):
-        reference = copy.deepcopy(pretrained)
+        theta_star = copy.deepcopy(pretrained)
     else:
         from .model import load_encoder
 
-        reference = load_encoder(str(pretrained), trust_remote_code)
+        theta_star = load_encoder(str(pretrained), trust_remote_code)
     device = next(model.parameters()).device
-    reference = reference.to(device).eval()
-    for p in reference.parameters():
+    theta_star = theta_star.to(device).eval()
+    for p in theta_star.parameters():
         p.requires_grad_(False)
-    return EmbeddingAnchor(weight, pooling=pooling, distance=distance, reference=reference)
+    return EmbeddingAnchor(weight, pooling=pooling, distance=distance, theta_star=theta_star)
 
 
 def freeze_encoder(model: torch.nn.Module) -> None:

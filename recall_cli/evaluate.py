@@ -98,7 +98,8 @@ def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None =
     whose label count is not the checkpoint's is refused now, not after minutes of scoring."""
     from . import data
     from .model import load_config
-    from .recipe import TaskConfig, read_yaml, recipe_from_dict
+    from .recipe import TaskConfig, recipe_from_dict
+    from .recipe_file import read_yaml
     from .rundir import locate
 
     located = locate(path)

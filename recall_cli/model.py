@@ -302,7 +302,7 @@ def fresh_parameters(loading_info: dict) -> set[str]:
     return set(loading_info.get("missing_keys", ())) | {key for key, *_ in loading_info.get("mismatched_keys", ())}
 
 
-def anchors_by_name(model: torch.nn.Module, fresh: set[str], copy: bool = True) -> dict[str, Tensor]:
+def theta_star_by_name(model: torch.nn.Module, fresh: set[str], copy: bool = True) -> dict[str, Tensor]:
     """theta*: every parameter of a model just loaded from its pretrained checkpoint, by name, except
     the ``fresh`` ones (those get plain Adam). ``copy=False`` when ``model`` is thrown away after."""
     return {name: p.detach().clone() if copy else p.detach()
@@ -312,7 +312,7 @@ def anchors_by_name(model: torch.nn.Module, fresh: set[str], copy: bool = True) 
 @dataclass
 class BuiltModel:
     model: torch.nn.Module
-    anchors: dict[str, Tensor]  # theta*: pretrained weights of every parameter that has a pretrained counterpart
+    theta_star: dict[str, Tensor]  # theta*: pretrained weights of every parameter that has a pretrained counterpart
 
 
 def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple[str, ...] | None = None) -> BuiltModel:
@@ -350,18 +350,18 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
         torch.manual_seed(seed)
         _reinit_head(pretrained, head - fresh)
         fresh |= head
-    anchors = anchors_by_name(pretrained, fresh)
-    if not anchors:
+    theta_star = theta_star_by_name(pretrained, fresh)
+    if not theta_star:
         raise ModelLoadError(f"no parameter of {cfg.name_or_path} has pretrained weights: is it a pretrained checkpoint?")
     if cfg.init == "pretrained":
-        return BuiltModel(pretrained, anchors)
+        return BuiltModel(pretrained, theta_star)
 
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(
         pretrained.config, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
     )
     del pretrained
-    return BuiltModel(model, anchors)
+    return BuiltModel(model, theta_star)
 
 
 def load_checkpoint_model(folder: str | Path, trust_remote_code: bool = False) -> torch.nn.Module:
@@ -390,7 +390,7 @@ def _no_decay_names(model: torch.nn.Module) -> set[str]:
 
 
 def parameter_groups(
-    model: torch.nn.Module, anchors: dict[str, Tensor], cfg: OptimizerConfig
+    model: torch.nn.Module, theta_star: dict[str, Tensor], cfg: OptimizerConfig
 ) -> list[dict]:
     """Four groups: (anchored | head) x (decay | no decay). Anchored groups carry theta* for RecAdam;
     the head (parameters without a pretrained counterpart) gets plain Adam."""
@@ -401,7 +401,7 @@ def parameter_groups(
     }
     for name, p in model.named_parameters():
         if p.requires_grad:
-            buckets[(name in anchors, name not in no_decay)].append((name, p))
+            buckets[(name in theta_star, name not in no_decay)].append((name, p))
     groups = []
     for (anchored, decay), named in buckets.items():
         if not named:
@@ -412,7 +412,7 @@ def parameter_groups(
             "weight_decay": cfg.weight_decay if decay else 0.0,
         }
         if anchored and recall:
-            group["anchors"] = [anchors[n] for n, _ in named]
+            group["anchors"] = [theta_star[n] for n, _ in named]
         groups.append(group)
     return groups
 

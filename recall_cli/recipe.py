@@ -20,6 +20,7 @@ import yaml
 from .errors import RecipeError
 from .names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 from .recipe_checks import check_recipe
+from .recipe_file import read_yaml, shown
 
 
 @dataclass(frozen=True)
@@ -206,83 +207,11 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 # ---- loading -------------------------------------------------------------------------------------
 
-
-# A recipe is a few dozen values; YAML aliases can make a few lines stand for billions of them (an
-# "alias bomb"), which no check or message should walk or print.
-MAX_VALUES = 10_000
-
-
-def _shown(value: Any, limit: int = 120) -> str:
-    """A value as an error message quotes it: its repr, cut to ``limit`` characters (a nested alias
-    bomb's repr would be gigabytes)."""
-    import reprlib
-
-    short = reprlib.Repr()
-    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 6, limit, limit
-    text = short.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _count_values(value: Any, budget: int = MAX_VALUES) -> int:
-    """How many values ``value`` holds, counting a shared (aliased) one each time it is used, up to
-    ``budget`` + 1 (then it stops: the walk itself stays cheap)."""
-    seen, stack = 0, [value]
-    while stack and seen <= budget:
-        item = stack.pop()
-        seen += 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return seen
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(str(path), [f"recipe file not found: {path} (check the path)"])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecipeError(str(path), [f"not UTF-8 text (byte {exc.start}): save the recipe as UTF-8"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RecipeError(str(path), [f"invalid YAML{where}: {problem}"]) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise RecipeError(str(path), [f"a recipe is a YAML mapping of sections, got {type(raw).__name__}"])
-    if _count_values(raw) > MAX_VALUES:
-        raise RecipeError(str(path), [f"the recipe expands to more than {MAX_VALUES:,} values (YAML aliases "
-                                      "repeating a value?): a recipe holds a few dozen"])
-    keys = [k for k in _all_keys(raw) if not isinstance(k, str)]
-    if keys:
-        raise RecipeError(str(path), [f"key {_shown(keys[0])} is not a name: recipe keys are text "
-                                      "(quote it, e.g. '1': ...)"])
-    return raw
-
-
-def _all_keys(raw: dict[str, Any]) -> list[Any]:
-    """Every mapping key in a recipe, its sections' keys too (bounded: read_yaml counted the values)."""
-    keys, stack = [], [raw]
-    while stack:
-        node = stack.pop()
-        for key, value in node.items():
-            keys.append(key)
-            if isinstance(value, dict):
-                stack.append(value)
-    return keys
-
-
 def parse_override(text: str) -> tuple[str, Any]:
     """'optimizer.anneal_k=0.1' -> ('optimizer.anneal_k', 0.1); the value is a YAML scalar."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ValueError(f"override {_shown(text)} is not KEY=VALUE (e.g. optimizer.anneal_k=0.1)")
+        raise ValueError(f"override {shown(text)} is not KEY=VALUE (e.g. optimizer.anneal_k=0.1)")
     if "\n" in value or "\r" in value:  # YAML would fold it into a space: a path "a\nb" would become "a b"
         raise ValueError(f"override {key.strip()}: the value holds a line break (a stray newline in a script?): "
                          "write it on one line")
@@ -369,7 +298,7 @@ def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe 
 
     output_dir = raw.get("output_dir", "runs/run")
     if not isinstance(output_dir, str) or not output_dir:
-        problems.append(f"output_dir: expected a path (string), got {_shown(output_dir)}")
+        problems.append(f"output_dir: expected a path (string), got {shown(output_dir)}")
 
     if problems or any(v is None for v in sections.values()):
         return None, problems
@@ -451,27 +380,27 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
             return ("on" if value else "off"), None  # YAML 1.1 reads a bare on/off as true/false
         if value in args:
             return value, None
-        return None, f"expected one of {', '.join(map(str, args))}, got {_shown(value)}"
+        return None, f"expected one of {', '.join(map(str, args))}, got {shown(value)}"
     if origin is list:
         if isinstance(value, str) and args[0] is str:
             value = [] if value == "none" else [value]  # report_to: tensorboard, as the Trainer accepts
         if not isinstance(value, list):
-            return None, f"expected a list, got {_shown(value)}"
+            return None, f"expected a list, got {shown(value)}"
         items = []
         for item in value:
             converted, error = _convert(item, args[0])
             if error:
-                return None, f"list item {_shown(item)}: {error}"
+                return None, f"list item {shown(item)}: {error}"
             items.append(converted)
         return items, None
     if hint is bool:
-        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {_shown(value)}")
+        return (value, None) if isinstance(value, bool) else (None, f"expected true or false, got {shown(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value, None
         if isinstance(value, float) and value.is_integer():
             return int(value), None
-        return None, f"expected an integer, got {_shown(value)}"
+        return None, f"expected an integer, got {shown(value)}"
     if hint is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -483,12 +412,12 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
             except ValueError:
                 pass
         if number is None:
-            return None, f"expected a number, got {_shown(value)}"
+            return None, f"expected a number, got {shown(value)}"
         if not math.isfinite(number):  # .inf / .nan would reach the run as NaN weights or an endless run
-            return None, f"expected a finite number, got {_shown(value)}"
+            return None, f"expected a finite number, got {shown(value)}"
         return number, None
     if hint is str:
-        return (value, None) if isinstance(value, str) else (None, f"expected a string, got {_shown(value)}")
+        return (value, None) if isinstance(value, str) else (None, f"expected a string, got {shown(value)}")
     raise TypeError(f"unsupported recipe field type {hint}")  # a bug in this module, not user input
 
 

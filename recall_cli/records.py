@@ -30,7 +30,7 @@ RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
 def _recipe_dict(source: Located) -> dict[str, Any]:
-    from .recipe import read_yaml
+    from .recipe_file import read_yaml
 
     config = source.recipe_file
     if config is None or not config.is_file():
@@ -70,7 +70,8 @@ METHOD_KINDS = {name: o.kind for name, o in OPTIMIZERS.items()}  # how a merge i
 
 def _kind_of(item: dict[str, Any]) -> str:
     """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
-    from .recipe import OptimizerConfig, read_yaml
+    from .recipe import OptimizerConfig
+    from .recipe_file import read_yaml
 
     if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
         return METHOD_KINDS.get(item["optimizer"], item["optimizer"])
@@ -89,7 +90,7 @@ def _distance(folder: Path, against: str) -> float:
     import torch
 
     from .model import load_encoder
-    from .optim.distance import distance_to_anchor
+    from .optim.distance import distance_to_theta_star
 
     theta = dict(load_encoder(folder).named_parameters())
     star = dict(load_encoder(against).named_parameters())
@@ -97,7 +98,7 @@ def _distance(folder: Path, against: str) -> float:
     if not shared:
         raise RecordError(f"{folder} and {against} share no parameter: is {against} the model it was fine-tuned from?")
     with torch.no_grad():
-        return distance_to_anchor([theta[n] for n in shared], [star[n] for n in shared])
+        return distance_to_theta_star([theta[n] for n in shared], [star[n] for n in shared])
 
 
 def write_record(path: Path, out: Path, *, against: str | None = None, probe: bool = True,
@@ -122,24 +123,24 @@ def _write_record(path: Path, out: Path, *, against: str | None, probe: bool, de
     folder, merge = source.folder, source.merge if source.kind == "merge" else None
     raw = _recipe_dict(source)
     recipe = recipe_from_dict(raw, str(folder), check_files=False)
-    reference = against or recipe.model.name_or_path
+    theta_star = against or recipe.model.name_or_path
     step = _source_step(source.run_dir, merge, folder)
 
     scored = evaluate_checkpoint(folder, device=device, holdout=True)
-    eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, reference)}
+    eval_record = {"step": step, "split": "eval", **scored["metrics"], "distance": _distance(folder, theta_star)}
     held = scored.get("holdout_metrics")
     probe_record = None
     if probe:
         cfg: ProbeConfig = recipe.probe
         probes = [p for p in cfg.probes if p != "mlm"]  # a classifier checkpoint has no MLM head to compare
-        row = probe_targets([str(folder)], against=reference, probes=probes, texts_file=cfg.texts_file,
+        row = probe_targets([str(folder)], against=theta_star, probes=probes, texts_file=cfg.texts_file,
                             pairs_file=cfg.pairs_file, num_texts=cfg.num_texts, num_pairs=cfg.num_pairs,
                             max_length=cfg.max_length, batch_size=cfg.batch_size, device=device)[0]
         probe_record = {"step": step, "split": "probe",
                         **{k: v for k, v in row.items() if k not in ("target", "theta", "reference", "texts", "pairs", "notes")}}
 
     raw["output_dir"] = str(out)
-    raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": reference, **_merge_section(folder, merge)}
+    raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": theta_star, **_merge_section(folder, merge)}
     scores = {k: v for k, v in eval_record.items() if k != "split"}
     scoring = [eval_record]
     if held is not None:  # as a run trained with task.holdout writes them: the holdout's eval, dev as the test
@@ -151,7 +152,7 @@ def _write_record(path: Path, out: Path, *, against: str | None, probe: bool, de
         seed=recipe.train.seed, steps=step, finished=True, final=scores, best=scores,
         final_distance=eval_record["distance"],
         probe={k: v for k, v in probe_record.items() if k != "split"} if probe_record else None,
-        checkpoint=str(folder), against=reference,
+        checkpoint=str(folder), against=theta_star,
     )
     _write_atomically(out, raw, scoring + ([probe_record] if probe_record else []), summary, overwrite)
     return summary.to_dict()

@@ -29,11 +29,11 @@ from typing import Any, Callable
 from .errors import STOPPED, RecipeError, SweepError, Terminated
 from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
-from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override, read_yaml
+from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
+from .recipe_file import read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
-
 
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"
 

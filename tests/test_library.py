@@ -75,7 +75,7 @@ def test_public_names_are_all_and_load_lazily():
 # ---- recadam_for: θ* from the checkpoint, by name --------------------------------------------------
 
 
-def anchors_by_name(model: torch.nn.Module, optimizer) -> dict[str, torch.Tensor]:
+def theta_star_by_name(model: torch.nn.Module, optimizer) -> dict[str, torch.Tensor]:
     names = {id(p): n for n, p in model.named_parameters()}
     return {names[id(p)]: a for p, a in unwrap(optimizer).anchored()}
 
@@ -88,16 +88,16 @@ def test_recadam_for_reads_theta_star_from_disk_by_name(mlm_dir):
         for p in model.parameters():
             p.add_(0.5)
     optimizer = recall_cli.recadam_for(model, mlm_dir, lr=1e-3, pretrain_cof=100.0, weight_decay=0.01)
-    anchors = anchors_by_name(model, optimizer)
+    theta_star = theta_star_by_name(model, optimizer)
     disk = load_file(str(mlm_dir / "model.safetensors"))
     params = dict(model.named_parameters())
     # Every parameter the checkpoint holds is anchored to the checkpoint's tensor of the same name.
     expected = {n for n in params if n in disk}
-    assert set(anchors) == expected and len(expected) > 30
+    assert set(theta_star) == expected and len(expected) > 30
     for name in expected:
-        assert torch.equal(anchors[name], disk[name]), name
+        assert torch.equal(theta_star[name], disk[name]), name
     # The new head (and BERT's pooler, which a masked-LM checkpoint lacks) get plain Adam.
-    assert sorted(set(params) - set(anchors)) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+    assert sorted(set(params) - set(theta_star)) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
                                                   "classifier.bias", "classifier.weight"]
     assert recall_cli.anchor_distance(optimizer) == pytest.approx(
         math.sqrt(sum(((params[n].detach() - disk[n]) ** 2).sum().item() for n in expected)), rel=1e-6)
@@ -117,10 +117,10 @@ def test_recadam_for_matches_recall_finetunes_anchors(tiny_model_dir):
 
     built = build_model(ModelConfig(name_or_path=str(tiny_model_dir)), num_labels=2, seed=3)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
-    anchors = anchors_by_name(model, recall_cli.recadam_for(model, tiny_model_dir))
-    assert set(anchors) == set(built.anchors)
-    for name, tensor in built.anchors.items():
-        assert torch.equal(anchors[name], tensor), name
+    theta_star = theta_star_by_name(model, recall_cli.recadam_for(model, tiny_model_dir))
+    assert set(theta_star) == set(built.theta_star)
+    for name, tensor in built.theta_star.items():
+        assert torch.equal(theta_star[name], tensor), name
 
 
 def test_recadam_for_a_fine_tuned_classifier_leaves_its_head_unanchored(tmp_path):
@@ -128,8 +128,8 @@ def test_recadam_for_a_fine_tuned_classifier_leaves_its_head_unanchored(tmp_path
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(folder)
-    auto = anchors_by_name(model, recall_cli.recadam_for(model, folder))
-    keep = anchors_by_name(model, recall_cli.recadam_for(model, folder, head="keep"))
+    auto = theta_star_by_name(model, recall_cli.recadam_for(model, folder))
+    keep = theta_star_by_name(model, recall_cli.recadam_for(model, folder, head="keep"))
     assert not any(n.startswith("classifier.") for n in auto)
     assert {"classifier.weight", "classifier.bias"} <= set(keep)
     with pytest.raises(TypeError, match="PreTrainedModel"):

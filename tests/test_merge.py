@@ -184,10 +184,10 @@ def test_chunked_ties_equals_the_formula_on_all_n_vectors_at_once(runs):
     """The engine fuses TIES in row chunks after a per-model threshold pass; with a tiny chunk every
     tensor spans many chunks, and the result must be the formula on the stacked whole task vectors."""
     from recall_cli.merge import engine
-    from recall_cli.merge.io import anchor_of, read_tensor
+    from recall_cli.merge.io import theta_star_of, read_tensor
 
     sources = engine.open_sources([str(runs["a"]), str(runs["b"]), str(runs["a"])])
-    anchor = anchor_of(sources[0])
+    anchor = theta_star_of(sources[0])
     method = Ties(lam=0.7, density=0.3)
     merged = engine.fuse(sources, method, [anchor], chunk_bytes=256)
     name = "embeddings.word_embeddings.weight"

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from recall_cli import data
 from recall_cli.cli import app
 from recall_cli.methods import active_methods, method_block
-from recall_cli.methods.keep import EmbeddingAnchor, distance, embed_examples, pool, reference_copy
+from recall_cli.methods.keep import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
 from recall_cli.model import build_model, load_checkpoint_model, load_tokenizer
 from recall_cli.optim import anneal_lambda, pull_weight
 from recall_cli.recipe import recipe_from_dict
@@ -247,7 +247,7 @@ def make_anchor(recipe, model, theta_star, task, pad_id, fresh: bool) -> Embeddi
 
 def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_dir, tmp_path):
     recipe, built, task, pad_id = anchor_inputs(tiny_model_dir, tmp_path)
-    model, theta_star = built.model.train(), built.anchors
+    model, theta_star = built.model.train(), built.theta_star
     fresh = make_anchor(recipe, model, theta_star, task, pad_id, fresh=True)
     assert fresh.cache.shape == (len(task.train), model.config.hidden_size) == (96, 32)
     assert fresh.cache.dtype == torch.float32 and torch.isfinite(fresh.cache).all()
@@ -269,7 +269,7 @@ def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_d
     assert (wrong.cache - fresh.cache).abs().max().item() > 1e-3
 
     # The cache rows are theta*'s pooled embeddings, row i for example i, whatever the batching.
-    reference = reference_copy(moved, theta_star)
+    reference = theta_star_copy(moved, theta_star)
     rows = [5, 0, 77]
     batch = data.collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
     batch.pop("labels")
@@ -351,7 +351,7 @@ def embedding_drift(run_dir: Path, recipe: dict) -> float:
     rows = load_task_data(r, tokenizer).train
     model = load_checkpoint_model(run_dir / "last")
     theta_star = load_file(str(run_dir / "anchor.safetensors"))
-    reference = reference_copy(model, theta_star)
+    reference = theta_star_copy(model, theta_star)
 
     def batches():
         for start in range(0, len(rows), 32):

@@ -131,7 +131,7 @@ def test_head_with_another_label_count_is_replaced(tmp_path):
                                     "(not anchored)")
         assert check["status"] == ("warn" if head == "keep" else "ok")
         built = build_model(ModelConfig(str(three), head=head), num_labels=2, seed=1)
-        assert built.model.classifier.weight.shape == (2, 32) and "classifier.weight" not in built.anchors
+        assert built.model.classifier.weight.shape == (2, 32) and "classifier.weight" not in built.theta_star
 
 
 def test_fine_tuned_classifier_gets_a_fresh_head_unless_kept(tmp_path):
@@ -142,14 +142,14 @@ def test_fine_tuned_classifier_gets_a_fresh_head_unless_kept(tmp_path):
     w = auto.model.classifier.weight.detach()
     assert not torch.equal(w, saved["classifier.weight"]) and abs(w.std().item() - 0.02) < 0.01
     assert torch.equal(auto.model.classifier.bias.detach(), torch.zeros(2))
-    assert "classifier.weight" not in auto.anchors and "classifier.bias" not in auto.anchors
-    assert torch.equal(auto.anchors["bert.pooler.dense.weight"], saved["bert.pooler.dense.weight"])
+    assert "classifier.weight" not in auto.theta_star and "classifier.bias" not in auto.theta_star
+    assert torch.equal(auto.theta_star["bert.pooler.dense.weight"], saved["bert.pooler.dense.weight"])
     again = build_model(ModelConfig(str(clf)), num_labels=2, seed=3)
     assert torch.equal(again.model.classifier.weight, auto.model.classifier.weight)  # seeded
 
     kept = build_model(ModelConfig(str(clf), head="keep"), num_labels=2, seed=3)
     assert torch.equal(kept.model.classifier.weight.detach(), saved["classifier.weight"])
-    assert torch.equal(kept.anchors["classifier.weight"], saved["classifier.weight"])
+    assert torch.equal(kept.theta_star["classifier.weight"], saved["classifier.weight"])
 
     # A pretrained encoder (no head) with model.head=new is unaffected: its head is new anyway.
     result, out = dry_run_json(tmp_path, clf)
@@ -199,7 +199,7 @@ def test_failure_before_the_first_step_restores_the_run_directory(tiny_model_dir
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(checkpoint, "save_anchors", broken)  # fails after config.yaml is written
+    monkeypatch.setattr(checkpoint, "save_theta_star", broken)  # fails after config.yaml is written
     new = write_recipe(tmp_path / "new.yaml", tiny_recipe(tiny_model_dir, tmp_path / "new"))
     result = finetune(str(new))
     assert result.exit_code == 1 and "disk full" in result.output

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from recall_cli.optim import RecAdam, anneal_lambda, distance_to_anchor
+from recall_cli.optim import RecAdam, anneal_lambda, distance_to_theta_star
 
 STEPS = 60
 
@@ -48,10 +48,10 @@ def loss_of(model, x, y):
 class Reference:
     """The update rule of the issue, written out in plain float64 arithmetic, one tensor at a time."""
 
-    def __init__(self, params, anchors, *, lr, betas, eps, weight_decay, correct_bias, anneal_fun, k, t0, w,
+    def __init__(self, params, theta_star, *, lr, betas, eps, weight_decay, correct_bias, anneal_fun, k, t0, w,
                  gamma, mode="decoupled", lam_fn=None, floor=0.0):
         self.params = params
-        self.anchors = anchors  # None for head parameters
+        self.theta_star = theta_star  # None for head parameters
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
         self.t = 0
@@ -65,7 +65,7 @@ class Reference:
         t, h = self.t, self.hp
         for i, p in enumerate(self.params):
             g = p.grad.clone()
-            anchor = self.anchors[i]
+            anchor = self.theta_star[i]
             anchored = anchor is not None and self.w > 0
             lam = self.lam_fn(t) if anchored else 1.0
             weight = max(self.w - lam, self.floor)  # the penalty's weight: never below the floor
@@ -91,17 +91,17 @@ def run_pair(*, anneal_fun, weight_decay, correct_bias, foreach, mode="decoupled
     """Train the same model with RecAdam and with the transcription; return both for comparison."""
     model = tiny_mlp()
     ref_model = copy.deepcopy(model)
-    anchors = shifted_anchors(body_params(model))
+    theta_star = shifted_anchors(body_params(model))
     opt = RecAdam(
         [
-            {"params": body_params(model), "anchors": anchors, "weight_decay": weight_decay},
+            {"params": body_params(model), "anchors": theta_star, "weight_decay": weight_decay},
             {"params": head_params(model), "weight_decay": 0.0},  # the head: plain Adam
         ],
         anneal_fun=anneal_fun, correct_bias=correct_bias, foreach=foreach, fused=fused, mode=mode, **hp,
         **({} if floor is None else {"recall_floor": floor}),
     )
     ref_body = Reference(
-        body_params(ref_model), anchors, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=weight_decay,
+        body_params(ref_model), theta_star, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=weight_decay,
         correct_bias=correct_bias, anneal_fun=anneal_fun, k=hp["anneal_k"], t0=hp["anneal_t0"], w=hp["anneal_w"],
         gamma=hp["pretrain_cof"], mode=mode, lam_fn=lam_fn, floor=floor or 0.0,
     )
@@ -169,9 +169,9 @@ def test_recall_floor_matches_float64_transcription(anneal_fun, kernel, mode, fl
     assert HP["anneal_w"] - lam < floor
     unfloored = run_pair(anneal_fun=anneal_fun, weight_decay=0.01, correct_bias=True, mode=mode,
                          foreach={"single": False, "foreach": True, "fused": None}[kernel], fused=kernel == "fused" or None)[0]
-    anchors = shifted_anchors(body_params(tiny_mlp()))
-    far = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(unfloored), anchors))
-    near = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(result[0]), anchors))
+    theta_star = shifted_anchors(body_params(tiny_mlp()))
+    far = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(unfloored), theta_star))
+    near = sum(float((p.detach() - a).norm()) for p, a in zip(body_params(result[0]), theta_star))
     assert near < far  # the floor keeps the body nearer theta*
 
 
@@ -236,10 +236,10 @@ def make_float32_setup(foreach, anchor_dtype=None, fused=None):
     unused = torch.nn.Parameter(torch.randn(5))  # never in the loss: grad stays None
     empty = torch.nn.Parameter(torch.zeros(0))  # zero-size, anchored
     body = body_params(model)
-    anchors = shifted_anchors(body) + [unused.detach().clone(), torch.zeros(0)]
+    theta_star = shifted_anchors(body) + [unused.detach().clone(), torch.zeros(0)]
     opt = RecAdam(
         [
-            {"params": body + [unused, empty], "anchors": anchors, "weight_decay": 0.01},
+            {"params": body + [unused, empty], "anchors": theta_star, "weight_decay": 0.01},
             {"params": head_params(model), "weight_decay": 0.0},
         ],
         foreach=foreach, fused=fused, anchor_dtype=anchor_dtype, **HP,
@@ -349,13 +349,13 @@ def test_penalty_pulls_back_toward_anchor_at_the_rate_of_the_rule(foreach):
     lr, gamma, k, t0 = 1e-4, 1000.0, 0.5, 10
     opt = RecAdam([{"params": [p], "anchors": [anchor]}], lr=lr, anneal_k=k, anneal_t0=t0, pretrain_cof=gamma,
                   foreach=foreach)
-    expected = distance_to_anchor([p], [anchor])
+    expected = distance_to_theta_star([p], [anchor])
     distances = []
     for t in range(1, 31):
         p.grad = torch.zeros_like(p)
         opt.step()
         expected *= 1 - lr * (1 - anneal_lambda("sigmoid", t, k, t0)) * gamma
-        distances.append(distance_to_anchor([p], [anchor]))
+        distances.append(distance_to_theta_star([p], [anchor]))
         assert distances[-1] == pytest.approx(expected, rel=1e-12)
     assert all(b < a for a, b in zip(distances, distances[1:]))
     assert distances[-1] < 0.5 * distances[0]

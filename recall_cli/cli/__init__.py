@@ -140,7 +140,8 @@ def finetune(
 def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Path | None):
     """The recipe file with its overrides, or --resume's run directory's own config.yaml (a moved or
     copied run is where the user says it is now)."""
-    from ..recipe import load_recipe, recipe_from_dict, read_yaml
+    from ..recipe import load_recipe, recipe_from_dict
+    from ..recipe_file import read_yaml
     from ..rundir import CONFIG_FILE, no_checkpoint_message, scored_record
 
     if resume is None:

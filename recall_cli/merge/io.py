@@ -261,7 +261,7 @@ class TensorVersions:
 
 
 @dataclass
-class Anchor:
+class ThetaStar:
     """theta* for task arithmetic and TIES: a model folder (--base) or a run's anchor.safetensors,
     whose keys are the classifier's parameter names."""
 
@@ -278,15 +278,15 @@ class Anchor:
         return {n: got[self.prefix + n] for n in names}
 
 
-def anchor_of(source: Source) -> Anchor | None:
+def theta_star_of(source: Source) -> ThetaStar | None:
     if source.run_dir is None or not (source.run_dir / rundir.ANCHOR_FILE).is_file():
         return None
     file = source.run_dir / rundir.ANCHOR_FILE
     with _opened(file) as f:
         keys = list(f.keys())
     prefix = _base_prefix(source.model_type) + "."
-    return Anchor(str(file), {k: file for k in keys}, prefix if any(k.startswith(prefix) for k in keys) else "")
+    return ThetaStar(str(file), {k: file for k in keys}, prefix if any(k.startswith(prefix) for k in keys) else "")
 
 
-def anchor_from_model(source: Source) -> Anchor:
-    return Anchor(source.arg, source.files, source.prefix)
+def theta_star_from_model(source: Source) -> ThetaStar:
+    return ThetaStar(source.arg, source.files, source.prefix)

@@ -46,15 +46,15 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
-def distance(student: Tensor, reference: Tensor, kind: str) -> Tensor:
+def distance(student: Tensor, theta_star: Tensor, kind: str) -> Tensor:
     """How far the batch's embeddings are from theta*'s, a scalar (float32 whatever the inputs)."""
-    student, reference = student.float(), reference.float()
+    student, theta_star = student.float(), theta_star.float()
     if kind == "cosine":
-        return (1.0 - F.cosine_similarity(student, reference, dim=-1)).mean()
+        return (1.0 - F.cosine_similarity(student, theta_star, dim=-1)).mean()
     if kind == "mse":
-        return F.mse_loss(student, reference)
+        return F.mse_loss(student, theta_star)
     if kind == "gram":
-        s, r = F.normalize(student, dim=-1), F.normalize(reference, dim=-1)
+        s, r = F.normalize(student, dim=-1), F.normalize(theta_star, dim=-1)
         return ((s @ s.T - r @ r.T) ** 2).mean()
     raise ValueError(f"unknown distance {kind!r} (choose from {', '.join(DISTANCES)})")
 
@@ -68,14 +68,14 @@ class EmbeddingAnchor:
     the unweighted distance, ``anchor.weight(step)`` its weight at that step.
 
     ``cache`` holds theta*'s pooled embedding of every training example (row = example index), or
-    ``reference`` is a frozen theta* run on each batch (the library's way, and the loop's past
+    ``theta_star`` is a frozen theta* run on each batch (the library's way, and the loop's past
     :data:`CACHE_LIMIT_BYTES`)."""
 
     name = "keep"
     needs_hidden_states = True
 
     def __init__(self, weight: float, *, pooling: str = "mean", distance: str = "cosine",
-                 cache: Tensor | None = None, reference: torch.nn.Module | None = None,
+                 cache: Tensor | None = None, theta_star: torch.nn.Module | None = None,
                  schedule: Callable[[int], float] | None = None):
         if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
             raise ValueError(f"weight: a finite number >= 0, got {weight!r}")
@@ -83,10 +83,10 @@ class EmbeddingAnchor:
             raise ValueError(f"pooling: choose from {', '.join(POOLINGS)}, got {pooling!r}")
         if distance not in DISTANCES:
             raise ValueError(f"distance: choose from {', '.join(DISTANCES)}, got {distance!r}")
-        if (cache is None) == (reference is None):
-            raise ValueError("give theta*'s embeddings (cache) or theta* itself (reference), one of them")
+        if (cache is None) == (theta_star is None):
+            raise ValueError("give theta*'s embeddings (cache) or theta* itself (theta_star), one of them")
         self.base_weight, self.pooling, self.kind = float(weight), pooling, distance
-        self.cache, self.reference = cache, reference
+        self.cache, self.theta_star = cache, theta_star
         self.schedule = schedule  # step -> factor in [0, 1]; None: constant
 
     def weight(self, step: int) -> float:
@@ -98,27 +98,27 @@ class EmbeddingAnchor:
         if self.cache is not None:
             if indices is None:
                 raise ValueError("a cached anchor needs the batch's example indices")
-            reference = self.cache[indices]
+            theta_star = self.cache[indices]
         else:
-            reference = self.reference_embeddings(batch)
-        return distance(student, reference, self.kind)
+            theta_star = self.theta_star_embeddings(batch)
+        return distance(student, theta_star, self.kind)
 
     @torch.no_grad()
-    def reference_embeddings(self, batch: dict[str, Tensor]) -> Tensor:
+    def theta_star_embeddings(self, batch: dict[str, Tensor]) -> Tensor:
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        out = self.reference(**inputs, output_hidden_states=True)
+        out = self.theta_star(**inputs, output_hidden_states=True)
         return pool(out.hidden_states[-1], batch["attention_mask"], self.pooling).float()
 
 
-def reference_copy(model: torch.nn.Module, theta_star: dict[str, Tensor]) -> torch.nn.Module:
+def theta_star_copy(model: torch.nn.Module, theta_star: dict[str, Tensor]) -> torch.nn.Module:
     """A frozen copy of ``model`` holding theta* (by parameter name), in eval mode: the function to keep."""
-    reference = copy.deepcopy(model)
+    frozen = copy.deepcopy(model)
     with torch.no_grad():
-        for name, p in reference.named_parameters():
+        for name, p in frozen.named_parameters():
             if name in theta_star:
                 p.copy_(theta_star[name].to(p.device, p.dtype))
             p.requires_grad_(False)
-    return reference.eval()
+    return frozen.eval()
 
 
 @torch.no_grad()

@@ -61,7 +61,7 @@ def trainable_counts(peft_model) -> tuple[int, int]:
 
 def theta_star_names(model: torch.nn.Module, theta_star: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """theta* by the adapted model's parameter names, with every adapter's B at zero: loaded into the
-    model (probes/runner.weights_loaded, methods/keep.reference_copy), it computes theta*'s function.
+    model (probes/runner.weights_loaded, methods/keep.theta_star_copy), it computes theta*'s function.
     An adapted layer's weight is ``...query.base_layer.weight`` where theta* names ``...query.weight``."""
     out: dict[str, torch.Tensor] = {}
     for name, p in model.named_parameters():

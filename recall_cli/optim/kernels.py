@@ -32,7 +32,7 @@ def _single_tensor_recadam(
     grads: list[Tensor],
     exp_avgs: list[Tensor],
     exp_avg_sqs: list[Tensor],
-    anchors: list[Tensor | None],
+    theta_star: list[Tensor | None],
     steps: list[int],
     *,
     lr: float,
@@ -49,7 +49,7 @@ def _single_tensor_recadam(
     recall_floor: float,
     mode: str,
 ) -> None:
-    for p, grad, exp_avg, exp_avg_sq, anchor, step in zip(params, grads, exp_avgs, exp_avg_sqs, anchors, steps):
+    for p, grad, exp_avg, exp_avg_sq, anchor, step in zip(params, grads, exp_avgs, exp_avg_sqs, theta_star, steps):
         anchored = anchor is not None and anneal_w > 0
         lam = anneal_lambda(anneal_fun, step, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
         weight = pull_weight(anneal_w, lam, recall_floor)
@@ -77,7 +77,7 @@ def _multi_tensor_recadam(
     grads: list[Tensor],
     exp_avgs: list[Tensor],
     exp_avg_sqs: list[Tensor],
-    anchors: list[Tensor | None],
+    theta_star: list[Tensor | None],
     steps: list[int],
     *,
     lr: float,
@@ -105,19 +105,19 @@ def _multi_tensor_recadam(
         b_exp_avgs = [exp_avgs[i] for i in indices]
         b_exp_avg_sqs = [exp_avg_sqs[i] for i in indices]
         b_steps = [steps[i] for i in indices]
-        b_anchored = [anchors[i] is not None and anneal_w > 0 for i in indices]
+        b_anchored = [theta_star[i] is not None and anneal_w > 0 for i in indices]
         lams = [
             anneal_lambda(anneal_fun, t, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
             for t, anchored in zip(b_steps, b_anchored)
         ]
         anchored_pos = [j for j, anchored in enumerate(b_anchored) if anchored]
         a_params = [b_params[j] for j in anchored_pos]
-        a_anchors = [anchors[indices[j]] for j in anchored_pos]
+        a_theta_star = [theta_star[indices[j]] for j in anchored_pos]
         a_pulls = [lr * pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos]
 
         if mode == "coupled" and anchored_pos:
             b_grads = list(b_grads)  # the effective gradients are new tensors; p.grad stays as it was
-            diffs = torch._foreach_sub(a_params, _as_dtype(a_anchors, a_params))
+            diffs = torch._foreach_sub(a_params, _as_dtype(a_theta_star, a_params))
             torch._foreach_mul_(diffs, [pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos])
             for j, diff in zip(anchored_pos, diffs):
                 b_grads[j] = torch.add(diff, b_grads[j], alpha=lams[j])
@@ -137,19 +137,19 @@ def _multi_tensor_recadam(
         del denom
 
         if decoupled and anchored_pos:
-            _pull_toward_anchors(a_params, a_anchors, a_pulls)
+            _pull_toward_theta_star(a_params, a_theta_star, a_pulls)
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)
 
 
-def _pull_toward_anchors(params: list[Tensor], anchors: list[Tensor], pulls: list[float]) -> None:
+def _pull_toward_theta_star(params: list[Tensor], theta_star: list[Tensor], pulls: list[float]) -> None:
     """theta -= pull * (theta - theta*), i.e. lerp(theta, theta*, pull): one pass, no temporary."""
-    if all(a.dtype == p.dtype for a, p in zip(anchors, params)):
-        torch._foreach_lerp_(params, anchors, pulls)
+    if all(a.dtype == p.dtype for a, p in zip(theta_star, params)):
+        torch._foreach_lerp_(params, theta_star, pulls)
     else:
         # Anchors kept in a narrower dtype (bfloat16): upcast one tensor at a time so the
         # temporary stays the size of one parameter, not of the model.
-        for p, anchor, pull in zip(params, anchors, pulls):
+        for p, anchor, pull in zip(params, theta_star, pulls):
             p.lerp_(anchor.to(p.dtype), pull)
 
 
@@ -158,7 +158,7 @@ def _fused_recadam(
     grads: list[Tensor],
     exp_avgs: list[Tensor],
     exp_avg_sqs: list[Tensor],
-    anchors: list[Tensor | None],
+    theta_star: list[Tensor | None],
     steps: list[int],
     *,
     lr: float,
@@ -179,7 +179,7 @@ def _fused_recadam(
     # One fused call per (device, dtype, step, anchored): lambda and the eps shift depend on the step.
     buckets: dict[tuple[torch.device, torch.dtype, int, bool], list[int]] = defaultdict(list)
     for i, (p, t) in enumerate(zip(params, steps)):
-        buckets[(p.device, p.dtype, t, anchors[i] is not None and anneal_w > 0)].append(i)
+        buckets[(p.device, p.dtype, t, theta_star[i] is not None and anneal_w > 0)].append(i)
 
     for (device, _, t, anchored), indices in buckets.items():
         b_params = [params[i] for i in indices]
@@ -207,7 +207,7 @@ def _fused_recadam(
         )
         if anchored:
             pull = lr * pull_weight(anneal_w, lam, recall_floor) * pretrain_cof
-            _pull_toward_anchors(b_params, [anchors[i] for i in indices], [pull] * len(indices))
+            _pull_toward_theta_star(b_params, [theta_star[i] for i in indices], [pull] * len(indices))
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)
 

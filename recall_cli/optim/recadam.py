@@ -29,7 +29,7 @@ class RecAdam(Optimizer):
     r"""Adam that recalls pretrained weights while it learns a new task (Chen et al., 2020).
 
     Each parameter group may carry ``anchors``: a list of tensors aligned with its ``params`` holding
-    the pretrained weights theta*. A group without anchors (or with ``anneal_w == 0``), and any
+    the pretrained weights theta* (``theta_star`` everywhere else in recall; the key is public API). A group without anchors (or with ``anneal_w == 0``), and any
     ``None`` entry in ``anchors``, is updated by plain Adam with decoupled weight decay: that is how
     the newly initialised classifier head is trained.
 
@@ -60,7 +60,7 @@ class RecAdam(Optimizer):
     optimizer is built with its anchors again before ``load_state_dict``.
 
     Args:
-        params: parameters or parameter groups (dicts); a group may carry ``anchors``.
+        params: parameters or parameter groups (dicts); a group may carry ``anchors`` (theta*).
         lr, betas, eps, weight_decay: as in AdamW (eps is added to sqrt(v), as in the released code).
         correct_bias: apply Adam's bias correction.
         anneal_fun: "sigmoid", "linear" or "constant"; anneal_k, anneal_t0, anneal_w: its parameters.
@@ -127,24 +127,24 @@ class RecAdam(Optimizer):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         param_group = dict(param_group)  # never mutate the caller's dict
-        anchors = param_group.pop("anchors", None)
+        theta_star = param_group.pop("anchors", None)
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         index = len(self.param_groups) - 1
         _validate_group(group, index)
-        if anchors is None:
+        if theta_star is None:
             return
-        anchors = list(anchors)
+        theta_star = list(theta_star)
         params = group["params"]
-        if len(anchors) != len(params):
+        if len(theta_star) != len(params):
             raise ValueError(
-                f"param group {index}: 'anchors' has {len(anchors)} tensors but 'params' has {len(params)}"
+                f"param group {index}: 'anchors' has {len(theta_star)} tensors but 'params' has {len(params)}"
             )
-        if any(a is not None for a in anchors) and group["pretrain_cof"] <= 0:
+        if any(a is not None for a in theta_star) and group["pretrain_cof"] <= 0:
             raise ValueError(
                 f"param group {index}: pretrain_cof must be > 0 when anchors are given, got {group['pretrain_cof']}"
             )
-        for i, (p, anchor) in enumerate(zip(params, anchors)):
+        for i, (p, anchor) in enumerate(zip(params, theta_star)):
             if anchor is None:
                 continue
             if tuple(anchor.shape) != tuple(p.shape):
@@ -165,7 +165,7 @@ class RecAdam(Optimizer):
             group.setdefault("fused", None)
 
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer state without the anchors (theta* is saved once per run by the trainer)."""
+        """The optimizer state without theta* (it is saved once per run by the trainer)."""
         packed = super().state_dict()
         packed["state"] = {
             key: {name: value for name, value in per_param.items() if name != "anchor"}
@@ -174,10 +174,10 @@ class RecAdam(Optimizer):
         return packed
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load moments and steps; the anchors given at construction are kept."""
-        anchors = {p: s["anchor"] for p, s in self.state.items() if "anchor" in s}
+        """Load moments and steps; theta* given at construction is kept."""
+        theta_star = {p: s["anchor"] for p, s in self.state.items() if "anchor" in s}
         super().load_state_dict(state_dict)
-        for p, anchor in anchors.items():
+        for p, anchor in theta_star.items():
             self.state[p]["anchor"] = anchor
 
     def anchored(self) -> Iterator[tuple[Tensor, Tensor]]:
@@ -228,7 +228,7 @@ class RecAdam(Optimizer):
             grads: list[Tensor] = []
             exp_avgs: list[Tensor] = []
             exp_avg_sqs: list[Tensor] = []
-            anchors: list[Tensor | None] = []
+            theta_star: list[Tensor | None] = []
             steps: list[int] = []
             for p in group["params"]:
                 if p.grad is None:
@@ -249,7 +249,7 @@ class RecAdam(Optimizer):
                 grads.append(p.grad)
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
-                anchors.append(anchor)
+                theta_star.append(anchor)
                 steps.append(state["step"])
             if not params:
                 continue
@@ -261,7 +261,7 @@ class RecAdam(Optimizer):
                 grads,
                 exp_avgs,
                 exp_avg_sqs,
-                anchors,
+                theta_star,
                 steps,
                 lr=group["lr"],
                 beta1=beta1,

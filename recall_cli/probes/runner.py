@@ -125,7 +125,7 @@ def evaluating(model: torch.nn.Module):
 
 @contextmanager
 def weights_loaded(model: torch.nn.Module, weights: dict[str, Tensor]):
-    """Temporarily give ``model`` the named weights (θ* from a run's anchors), then put its own back."""
+    """Temporarily give ``model`` the named weights (θ* from a run's anchor.safetensors), then put its own back."""
     params = dict(model.named_parameters())
     own = {name: params[name].detach().clone() for name in weights if name in params}
     with torch.no_grad():
@@ -165,7 +165,7 @@ def load_mlm_head(name_or_path: str, trust_remote_code: bool = False) -> tuple[t
 class Prober:
     """Probe inputs and θ*'s side, computed once; ``measure(model)`` for each θ."""
 
-    def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, reference: torch.nn.Module,
+    def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, theta_star: torch.nn.Module,
                  device: torch.device, *, max_length: int = 64, batch_size: int = 64,
                  mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None):
         self.probes = [p for p in names.PROBE_NAMES if p in probes]
@@ -191,7 +191,7 @@ class Prober:
             else:
                 self.mlm_head = copy.deepcopy(mlm_head).to(device).eval()  # θ*'s head, never trained
                 self.masked = _masked_batches(self.texts, tokenizer)
-        self.ref = self._features(reference)
+        self.ref = self._features(theta_star)
 
     # ---- one model's side ----
 
@@ -268,10 +268,10 @@ def _masked_batches(texts: _Batches, tokenizer) -> list[tuple[Tensor, Tensor, Te
     return out
 
 
-def prober_for_run(recipe, model: torch.nn.Module, anchors: dict[str, Tensor], tokenizer,
+def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor], tokenizer,
                    device: torch.device, training_texts: list[str] | None = None) -> Prober:
-    """The training loop's prober: θ* is ``model`` with the run's anchors loaded for the moment of
-    computing θ*'s side (so it works under RI, and on resume from the saved anchors).
+    """The training loop's prober: θ* is ``model`` with the run's θ* loaded for the moment of
+    computing θ*'s side (so it works under RI, and on resume from the saved θ*).
     ``training_texts``: the task's training sentences as the run loaded them (read again when not given)."""
     cfg = recipe.probe
     inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs)
@@ -287,7 +287,7 @@ def prober_for_run(recipe, model: torch.nn.Module, anchors: dict[str, Tensor], t
                                     "data: the probe partly measures the task itself (set probe.texts_file / probe.pairs_file)")
     # Building the MLM model initialises weights (a head the checkpoint lacks): keep the run's random
     # stream untouched, so that a run trains the same with probes on or off.
-    with torch.random.fork_rng(devices=[]), weights_loaded(model, anchors):
+    with torch.random.fork_rng(devices=[]), weights_loaded(model, theta_star):
         head, note = load_mlm_head(recipe.model.name_or_path, recipe.model.trust_remote_code) if "mlm" in cfg.probes else (None, None)
         return Prober(list(cfg.probes), inputs, tokenizer, model, device, max_length=cfg.max_length,
                       batch_size=cfg.batch_size, mlm_head=head, mlm_note=note)

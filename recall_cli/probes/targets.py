@@ -22,25 +22,25 @@ from ..errors import ProbeError
 class Target:
     name: str  # as the user gave it
     theta: str  # what is loaded as θ
-    reference: str  # θ*
+    theta_star: str  # θ*
 
 
 def resolve_target(text: str, against: str | None = None) -> Target:
     """A path is resolved as every command resolves one (rundir.locate); anything else is a model name."""
-    from ..recipe import read_yaml
+    from ..recipe_file import read_yaml
     from ..rundir import CONFIG_FILE, locate
 
     if not Path(text).exists():
         return Target(text, text, against or text)  # pkg:, a hub id: its own θ* unless --against
     located = locate(text)
-    reference = against
-    if reference is None and located.run_dir is not None:
+    theta_star = against
+    if theta_star is None and located.run_dir is not None:
         config = read_yaml(located.run_dir / CONFIG_FILE)
-        reference = (config.get("model") or {}).get("name_or_path")
-        if not reference:
+        theta_star = (config.get("model") or {}).get("name_or_path")
+        if not theta_star:
             raise ProbeError(f"{located.run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
     theta = text if located.folder == Path(text) else str(located.folder)  # a folder named as the user wrote it
-    return Target(text, theta, reference or theta)
+    return Target(text, theta, theta_star or theta)
 
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str], texts_file: str | None = None,
@@ -56,14 +56,14 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs)
     dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
-    for reference in dict.fromkeys(t.reference for t in resolved):
-        prober, ref_model = reference_prober(reference, probes, inputs, load_tokenizer(reference), dev,
+    for theta_star in dict.fromkeys(t.theta_star for t in resolved):
+        prober, ref_model = theta_star_prober(theta_star, probes, inputs, load_tokenizer(theta_star), dev,
                                              max_length=max_length, batch_size=batch_size)
-        for target in (t for t in resolved if t.reference == reference):
-            theta = ref_model if target.theta == reference else load_encoder(target.theta).to(dev)
+        for target in (t for t in resolved if t.theta_star == theta_star):
+            theta = ref_model if target.theta == theta_star else load_encoder(target.theta).to(dev)
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
-            results[target.name] = {"target": target.name, "theta": target.theta, "reference": reference,
+            results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs, **record,
                                     "notes": list(prober.notes)}
             del theta
@@ -73,34 +73,34 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     return [results[t.name] for t in resolved]
 
 
-def reference_prober(reference: str, probes: list[str], inputs, tokenizer, device: torch.device, *, max_length: int,
+def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, device: torch.device, *, max_length: int,
                      batch_size: int, option: str = "--max-length ", trust_remote_code: bool = False):
-    """(the Prober holding θ*'s side, θ*'s encoder) for ``reference``: shared by `recall probe` and
+    """(the Prober holding θ*'s side, θ*'s encoder) for ``theta_star``: shared by `recall probe` and
     the library's probe(). ``option`` is how the length setting is named in the error ("--max-length "
     on the command line, "max_length=" from Python)."""
     from ..model import load_encoder
 
-    ref_model = load_encoder(reference, trust_remote_code).to(device)
+    ref_model = load_encoder(theta_star, trust_remote_code).to(device)
     limit = position_limit(ref_model.config)
     if limit is not None and max_length > limit:
         shown = option.rstrip("= ")
-        raise ProbeError(f"{shown} {max_length} is more than the {limit} positions of θ* {reference}: "
+        raise ProbeError(f"{shown} {max_length} is more than the {limit} positions of θ* {theta_star}: "
                          f"use {option}{limit} or less")
-    head, note = load_mlm_head(reference, trust_remote_code) if "mlm" in probes else (None, None)
+    head, note = load_mlm_head(theta_star, trust_remote_code) if "mlm" in probes else (None, None)
     prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
                     mlm_head=head, mlm_note=note)
     return prober, ref_model
 
 
-def _check_same_shapes(theta: torch.nn.Module, reference: torch.nn.Module, target: Target) -> None:
+def _check_same_shapes(theta: torch.nn.Module, theta_star: torch.nn.Module, target: Target) -> None:
     """θ and θ* compared in one space (drift, the MLM head, CKA layer by layer) need one architecture:
     the same parameters of the same shapes (a model of another width is refused, not broadcast)."""
     mine = {n: tuple(p.shape) for n, p in theta.named_parameters()}
-    theirs = {n: tuple(p.shape) for n, p in reference.named_parameters()}
+    theirs = {n: tuple(p.shape) for n, p in theta_star.named_parameters()}
     shared = [n for n in mine if n in theirs]
     fix = "give the model it was fine-tuned from as --against"
     if not shared:
-        raise ProbeError(f"{target.name} and θ* {target.reference} share no parameter: {fix}")
+        raise ProbeError(f"{target.name} and θ* {target.theta_star} share no parameter: {fix}")
     for n in shared:
         if mine[n] != theirs[n]:
-            raise ProbeError(f"{target.name}: {n} has shape {list(mine[n])}, θ* {target.reference} {list(theirs[n])}: {fix}")
+            raise ProbeError(f"{target.name}: {n} has shape {list(mine[n])}, θ* {target.theta_star} {list(theirs[n])}: {fix}")

@@ -13,7 +13,7 @@ from ..errors import RunDirError
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-ANCHOR_FILE = "anchor.safetensors"
+ANCHOR_FILE = "anchor.safetensors"  # theta* (`theta_star` in the code); the file name is public: older runs hold it
 TRAINER_STATE_FILE = "trainer_state.json"  # in last/: its presence marks a complete checkpoint
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng_state.pt"

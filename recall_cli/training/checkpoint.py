@@ -37,13 +37,13 @@ from .progress import empty_window
 # ---- theta* --------------------------------------------------------------------------------------
 
 
-def save_anchors(run_dir: Path, anchors: dict[str, torch.Tensor]) -> None:
+def save_theta_star(run_dir: Path, theta_star: dict[str, torch.Tensor]) -> None:
     tmp = run_dir / f".{ANCHOR_FILE}.tmp"
-    save_file({name: t.detach().contiguous().cpu() for name, t in anchors.items()}, str(tmp))
+    save_file({name: t.detach().contiguous().cpu() for name, t in theta_star.items()}, str(tmp))
     tmp.replace(run_dir / ANCHOR_FILE)
 
 
-def load_anchors(run_dir: Path) -> dict[str, torch.Tensor]:
+def load_theta_star(run_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
 
     path = run_dir / ANCHOR_FILE

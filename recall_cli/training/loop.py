@@ -25,7 +25,7 @@ from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from ..evaluate import score
 from ..methods import active_methods, lora, lpft, method_block, method_labels
 from ..names import OPTIMIZERS
-from ..optim import distance_to_anchor
+from ..optim import distance_to_theta_star
 from ..probes.runner import record_at
 from ..recipe import Recipe
 from ..runtime import autocast_for
@@ -129,7 +129,7 @@ def current_distance(t: Training) -> float:
     """||theta - theta*|| now: over RecAdam's (or adamw's) pairs, or the adapters' merged update under LoRA."""
     if t.adapter is not None:
         return lora.update_norm(t.model)
-    return distance_to_anchor(*zip(*t.pairs)) if t.pairs else 0.0
+    return distance_to_theta_star(*zip(*t.pairs)) if t.pairs else 0.0
 
 
 def save_weights(t: Training, name: str, *state, card: str) -> Path:

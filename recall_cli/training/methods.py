@@ -15,7 +15,7 @@ import torch
 
 from .. import data
 
-from ..methods.keep import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embed_examples, reference_copy
+from ..methods.keep import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embed_examples, theta_star_copy
 from ..optim import anneal_lambda, pull_weight
 from ..recipe import Recipe
 
@@ -52,18 +52,17 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
                  *, total_steps: int, device: torch.device, autocast, pad_id: int, batch_size: int,
                  fresh: bool) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
     """(the anchor term, its plan, the pre-pass seconds). ``fresh``: ``model`` still holds theta*
-    (a new run, before step 1); else a copy with theta* loaded back computes the reference."""
+    (a new run, before step 1); else a copy with theta* loaded back computes theta*'s embeddings."""
     import time
 
     k = recipe.keep
     plan = plan_anchor(recipe, len(features), model.config.hidden_size)
     schedule = recall_schedule(recipe, total_steps) if k.schedule == "recall" else None
     if not plan.cached:
-        reference = reference_copy(model, theta_star)
-        return EmbeddingAnchor(k.embeddings, pooling=k.pooling, distance=k.distance, reference=reference,
+        return EmbeddingAnchor(k.embeddings, pooling=k.pooling, distance=k.distance, theta_star=theta_star_copy(model, theta_star),
                                schedule=schedule), plan, 0.0
     task = recipe.task
-    source = model if fresh else reference_copy(model, theta_star)
+    source = model if fresh else theta_star_copy(model, theta_star)
 
     def batches():
         for start in range(0, len(features), batch_size):
@@ -114,7 +113,7 @@ def disk_line(prepared: Any) -> str:
     if prepared.adapter is not None:  # saved merged: the base model's size, plus the small adapter
         weights = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n and "original_module" not in n) * 4
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
-    theta_star = sum(t.numel() for t in (prepared.built.anchors or {}).values()) * 4
+    theta_star = sum(t.numel() for t in (prepared.built.theta_star or {}).values()) * 4
     folders = 2 + (recipe.train.linear_probe_steps > 0)  # best/, last/, lp/
     final = folders * weights
     everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)

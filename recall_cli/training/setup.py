@@ -83,9 +83,9 @@ def anchor_dtype(recipe: Recipe) -> torch.dtype:
     return torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else torch.float32
 
 
-def build_optimizer(model, anchors, recipe: Recipe, total_steps: int) -> torch.optim.Optimizer:
+def build_optimizer(model, theta_star, recipe: Recipe, total_steps: int) -> torch.optim.Optimizer:
     oc = recipe.optimizer
-    groups = parameter_groups(model, anchors, oc)
+    groups = parameter_groups(model, theta_star, oc)
     # adamw is RecAdam without anchors: the same Adam arithmetic (and eps convention) as the
     # released vanilla baseline, so PI/RI/vanilla differ only in the recall terms.
     return RecAdam(
@@ -187,8 +187,8 @@ def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltMod
     adapters from last/adapter."""
     lora_cfg = recipe.model.lora
     if last is not None and lora_cfg.r == 0:
-        anchors = checkpoint.load_anchors(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), anchors), None
+        theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
+        return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), theta_star), None
     built = build_model(recipe.model, spec.num_labels, recipe.train.seed, spec.id2label)
     if lora_cfg.r == 0:
         return built, None
@@ -197,7 +197,7 @@ def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltMod
     adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
     if last is not None:
         lora.load_adapter(adapter, last)
-    return BuiltModel(adapter.get_base_model(), built.anchors), adapter
+    return BuiltModel(adapter.get_base_model(), built.theta_star), adapter
 
 
 class Start(Enum):
@@ -329,19 +329,19 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
     # Take theta* out of `built` so that only RecAdam (or `pairs`) keeps a copy once set-up is done.
-    model, anchors, p.built.anchors = p.built.model, p.built.anchors, None
+    model, theta_star, p.built.theta_star = p.built.model, p.built.theta_star, None
     model.to(device)
     model.train()
-    optimizer = build_optimizer(model, anchors, recipe, p.total_steps)
+    optimizer = build_optimizer(model, theta_star, recipe, p.total_steps)
     pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
     if p.adapter is not None:  # LoRA: theta* by the adapted layers' names; the distance is the adapters' update
         from ..methods import lora
 
-        functional, pairs = lora.theta_star_names(model, anchors), []
+        functional, pairs = lora.theta_star_names(model, theta_star), []
     else:
-        functional = anchors  # what makes `model` compute theta*'s function (the probes' and the anchor's reference)
+        functional = theta_star  # what makes `model` compute theta*'s function (the probes' and the anchor's reference)
         if not pairs:  # adamw: keep theta* only to measure forgetting
-            pairs = [(q, anchors[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in anchors]
+            pairs = [(q, theta_star[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in theta_star]
     scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
     pad_id = p.tokenizer.pad_token_id if p.tokenizer.pad_token_id is not None else 0
 
@@ -354,8 +354,8 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     terms, method_info = _build_terms(p, model, functional, pad_id, reporter)
     params = [q for q in model.parameters() if q.requires_grad]
 
-    state = _restore_or_start(p, optimizer, scaler, anchors, new_dir)
-    del anchors  # RecAdam (or `pairs`) holds the copy it needs
+    state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)
+    del theta_star  # RecAdam (or `pairs`) holds the copy it needs
     # LP-FT: frozen before DDP and torch.compile see the model (the loop unfreezes it after the phase).
     head_only = lpft.in_probe_phase(state.step, tc.linear_probe_steps)
     if head_only:
@@ -399,7 +399,7 @@ def _build_terms(p: Prepared, model, theta_star, pad_id: int, reporter: Reporter
     return [anchor], info
 
 
-def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.NewRunDir) -> TrainerState:
+def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundir.NewRunDir) -> TrainerState:
     """The trainer state of last/ with the optimizer, scaler and RNG streams it saved; or a fresh state
     and a new run directory holding config.yaml, metrics.jsonl and theta*."""
     ctx, run_dir = p.ctx, Path(p.recipe.output_dir)
@@ -414,7 +414,7 @@ def _restore_or_start(p: Prepared, optimizer, scaler, anchors, new_dir: rundir.N
             # after: a kill in between leaves a run that --resume simply starts over.
             dump_recipe(p.recipe, run_dir / rundir.CONFIG_FILE)
             (run_dir / rundir.METRICS_FILE).touch()
-            checkpoint.save_anchors(run_dir, anchors)
+            checkpoint.save_theta_star(run_dir, theta_star)
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
     state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on
