@@ -11,7 +11,9 @@ Torch-free and import-free: every module may import it, and `recall --help` stay
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from enum import IntEnum
+from typing import Callable, Iterator
 
 class ExitCode(IntEnum):
     """recall's exit codes: the one table that errors, the CLI, sweep, the DDP launcher and every
@@ -173,8 +175,35 @@ class EnvironmentProblem(RecallError, RuntimeError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C (cli_common.run_guarded installs the handler), so that every
+    """SIGTERM, raised like Ctrl-C (:func:`signals_raise` installs the handler), so that every
     ``except BaseException`` cleanup (rundir.staged_folder's staging folder) runs; exit 143."""
+
+
+@contextmanager
+def signals_raise(on_signal: Callable[[int], object] | None = None, *, sigint: bool = True) -> Iterator[None]:
+    """While active in the main thread, SIGTERM raises Terminated (and, with ``sigint``, SIGINT raises
+    KeyboardInterrupt, as Ctrl-C does), after ``on_signal(signum)``: the one place a stop signal becomes
+    an exception (the DDP loop's distributed.SigtermFlag only sets a flag, so that every rank stops at the
+    same step). In another thread (a library caller's worker) signals stay as they are."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        if on_signal is not None:
+            on_signal(signum)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    caught = (signal.SIGTERM, signal.SIGINT) if sigint else (signal.SIGTERM,)
+    previous = {s: signal.signal(s, stop) for s in caught}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 class TrainingDiverged(RecallError, RuntimeError):

@@ -102,6 +102,17 @@ RECADAM_ONLY_KEYS = tuple(f"optimizer.{k}" for k in ("anneal_fun", "anneal_k", "
                                                       "recall_floor"))
 # model.init as the paper's tables name it: PI starts from theta*, RI from random weights that RecAdam recalls toward it.
 INIT_TITLES = {"pretrained": "PI", "random": "RI"}
+# What a figure's axis calls each probe measure (and the distance to theta*); a Δ row's short name for some.
+MEASURE_TITLES = {
+    "sts_retained": "STS skill kept, % of pretrained",
+    "sts": "STS Spearman ρ ×100",
+    "mlm_ratio": "MLM loss, % of pretrained (lower: less forgetting)",
+    "cka": "last-layer CKA with θ* ×100",
+    "cka_debiased": "last-layer debiased CKA with θ* ×100",
+    "drift": "drift from θ* ×100 (lower: less forgetting)",
+    "distance": "‖θ − θ*‖",
+}
+MEASURE_WORDS = {"sts_retained": "kept"}
 
 
 # ---- optimizers ----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import STOPPED, RecipeError, SweepError, Terminated
+from .errors import STOPPED, RecipeError, SweepError, signals_raise
 from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
 from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
@@ -414,57 +414,51 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
     finished_count = done_before
     total = len(sweep.cells)
 
-    previous_term = None
-    if _in_main_thread():
-        def _term(signum, frame):  # noqa: ARG001 - a scheduler's pre-emption: stop like Ctrl-C
-            raise Terminated
-        previous_term = signal.signal(signal.SIGTERM, _term)
-    try:
-        while todo or running:
-            while todo and free_slots:
-                cell = todo.pop(0)
-                slot = free_slots.pop(0)
-                log = open(sweep.out / LOG_DIR / f"{cell.name}.log", "a", encoding="utf-8")
-                command = sweep.command(cell, program)
-                env = child_env(slot, jobs, gpus)
-                pinned = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if gpus else ""
-                log.write(f"# {_now()} {pinned}{shlex.join(command)}\n")
-                log.flush()
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-                cell.state, cell.exit_code = RUNNING, None
-                running.append(_Running(cell, slot, process, time.monotonic(), log))
-                how = "resuming" if cell.resume else "starting"
-                echo(f"sweep: {how} {cell.name}" + (f" (CUDA_VISIBLE_DEVICES={gpus[slot % len(gpus)]})" if gpus else ""))
-                write_index(sweep)
-            for job in list(running):
-                code = job.process.poll()
-                if code is None:
-                    continue
-                running.remove(job)
-                free_slots.append(job.slot)
+    # A scheduler's pre-emption (SIGTERM) stops the sweep like Ctrl-C; SIGINT keeps its own handling.
+    with signals_raise(sigint=False):
+        try:
+            while todo or running:
+                while todo and free_slots:
+                    cell = todo.pop(0)
+                    slot = free_slots.pop(0)
+                    log = open(sweep.out / LOG_DIR / f"{cell.name}.log", "a", encoding="utf-8")
+                    command = sweep.command(cell, program)
+                    env = child_env(slot, jobs, gpus)
+                    pinned = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if gpus else ""
+                    log.write(f"# {_now()} {pinned}{shlex.join(command)}\n")
+                    log.flush()
+                    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                    cell.state, cell.exit_code = RUNNING, None
+                    running.append(_Running(cell, slot, process, time.monotonic(), log))
+                    how = "resuming" if cell.resume else "starting"
+                    echo(f"sweep: {how} {cell.name}" + (f" (CUDA_VISIBLE_DEVICES={gpus[slot % len(gpus)]})" if gpus else ""))
+                    write_index(sweep)
+                for job in list(running):
+                    code = job.process.poll()
+                    if code is None:
+                        continue
+                    running.remove(job)
+                    free_slots.append(job.slot)
+                    job.log.close()
+                    cell = job.cell
+                    cell.exit_code, cell.seconds = code, time.monotonic() - job.started
+                    summary = read_summary(cell.path) if code == 0 else None
+                    cell.main = summary.final_main if summary is not None else None
+                    cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
+                    cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
+                    finished_count += cell.state == FINISHED
+                    result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"
+                    echo(f"sweep: [{finished_count}/{total}] {cell.name} {cell.state} in {cell.seconds:.1f}s ({result})")
+                    write_index(sweep)
+                if running:
+                    time.sleep(poll_s)
+        except KeyboardInterrupt:
+            _stop(running)
+            for job in running:
+                job.cell.state, job.cell.exit_code = INTERRUPTED, job.process.returncode
                 job.log.close()
-                cell = job.cell
-                cell.exit_code, cell.seconds = code, time.monotonic() - job.started
-                summary = read_summary(cell.path) if code == 0 else None
-                cell.main = summary.final_main if summary is not None else None
-                cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
-                cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
-                finished_count += cell.state == FINISHED
-                result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"
-                echo(f"sweep: [{finished_count}/{total}] {cell.name} {cell.state} in {cell.seconds:.1f}s ({result})")
-                write_index(sweep)
-            if running:
-                time.sleep(poll_s)
-    except KeyboardInterrupt:
-        _stop(running)
-        for job in running:
-            job.cell.state, job.cell.exit_code = INTERRUPTED, job.process.returncode
-            job.log.close()
-        write_index(sweep)
-        raise
-    finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+            write_index(sweep)
+            raise
     return [c for c in sweep.cells if c.state in (FAILED, INTERRUPTED)]
 
 
@@ -475,12 +469,6 @@ def _restore_finished(sweep: Sweep) -> None:
         if cell.state == FINISHED and cell.name in previous:
             cell.exit_code = previous[cell.name].get("exit_code", 0)
             cell.seconds = previous[cell.name].get("seconds")
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _stop(running: list[_Running]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from ..errors import ExitCode, EnvironmentProblem, Terminated, exit_code_of
+from ..errors import ExitCode, EnvironmentProblem, Terminated, exit_code_of, signals_raise
 from ..rundir import dumps_strict
 
 # ---- --help ---------------------------------------------------------------------------------------
@@ -140,20 +139,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """While active, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as Ctrl-C
     raises KeyboardInterrupt: staging folders are removed on the way out (rundir.staged_folder holds
     further signals while it cleans up) and run_guarded exits 143. Both are remembered (_stopped_by)."""
-    if threading.current_thread() is not threading.main_thread():
+    with signals_raise(_stopped_by.append):
         yield
-        return
-
-    def stop(signum, frame):  # noqa: ARG001 - signal handler signature
-        _stopped_by.append(signum)
-        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop), signal.signal(signal.SIGINT, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
 
 
 def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RESUME_HINT, *,

@@ -28,6 +28,8 @@ from .labels import METHOD_NAMES, _fmt_setting, group_label
 from .runs import LABEL_NAMES
 
 FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ", "keep": "embedding anchor"}
+# Each family's line in the trade-off figures. Solid, dash-dot, dotted: the dashed line is the one-class score.
+FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":", "embedding anchor": "--"}
 # recall merge's defaults (merge/recall.py): a legend names τ and γ only where they are not these, or vary.
 RECALL_DEFAULTS = {"record.temperature": 0.05, "record.gamma_rule": "hidden"}
 # Keys a name spells in words; any other grouping key is appended as key=value, as group_label does.

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 
 from ..errors import ReportError
-from ..names import METRIC_TITLES, TASKS
+from ..names import MEASURE_TITLES, METRIC_TITLES, TASKS
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
-from .families import family_colors, family_title
+from .families import FAMILY_STYLES, family_colors, family_title
 from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, save_figure
 from .probe_tables import SKILL_TITLES, final_layers, skill_field
 from .runs import Run
@@ -171,17 +171,6 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     return save_figure(fig, plt, out, dpi)
 
 
-# Solid, dash-dot, dotted: the dashed line is the one-class score.
-FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":", "embedding anchor": "--"}
-MEASURE_TITLES = {
-    "sts_retained": "STS skill kept, % of pretrained",
-    "sts": "STS Spearman ρ ×100",
-    "mlm_ratio": "MLM loss, % of pretrained (lower: less forgetting)",
-    "cka": "last-layer CKA with θ* ×100",
-    "cka_debiased": "last-layer debiased CKA with θ* ×100",
-    "drift": "drift from θ* ×100 (lower: less forgetting)",
-    "distance": "‖θ − θ*‖",
-}
 
 
 def axis_title(metric: str, task: str | None = None) -> str:

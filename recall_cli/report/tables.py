@@ -7,7 +7,7 @@ import io
 from typing import Any
 
 from ..errors import ReportError
-from ..names import PROBE_MEASURES, PROBES
+from ..names import MEASURE_WORDS, PROBE_MEASURES, PROBES
 from ..rundir import dumps_strict
 from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group
 from .labels import _fmt_setting
@@ -80,7 +80,6 @@ def _diff(value: float | None, metric: str) -> str:
     return f"{100 * value:+.1f}"
 
 
-MEASURE_WORDS = {"sts_retained": "kept"}  # the stat column's short name for a Δ row
 
 
 def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any]]) -> list[list[tuple[str, bool]]]:
