@@ -94,9 +94,9 @@ def build_data_file(args, path: Path) -> Path:
 
 def bundled_glue_tasks() -> dict[str, Path]:
     """The GLUE tasks whose files the project ships, with their folders."""
-    from recall_cli.data import GLUE_FOLDERS
+    from recall_cli.names import TASKS
 
-    folders = {task: REPO / "data" / "glue" / folder for task, folder in GLUE_FOLDERS.items()}
+    folders = {task: REPO / "data" / "glue" / t.folder for task, t in TASKS.items()}
     return {task: folder for task, folder in folders.items() if folder.is_dir()}
 
 
