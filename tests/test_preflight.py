@@ -166,10 +166,10 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
     tokenizer = load_tokenizer(str(tiny_model_dir))
     lengths = [48] * 96
     device = torch.device("cpu")
-    full = preflight.estimate_memory(recipe, preflight.load_config(str(tiny_model_dir)), 2, device, "fp32", 1, lengths)
+    full = preflight.estimate_memory(recipe, model.load_config(str(tiny_model_dir)), 2, device, "fp32", 1, lengths)
     # Just below the estimate: halving the batch (with grad_accum doubled) or the length fits.
     monkeypatch.setattr(preflight, "available_ram", lambda: full.total_bytes - 1)
-    config = preflight.load_config(str(tiny_model_dir))
+    config = model.load_config(str(tiny_model_dir))
     report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), num_labels=2, device=device,
                                   precision="fp32", lengths=lengths)
     check = next(c for c in report.checks if c.name == "memory")

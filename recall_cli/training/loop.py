@@ -452,6 +452,8 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
     import transformers
 
     recipe, state = t.recipe, t.state
+    # From metrics.jsonl, not the loop's memory: a resumed run's evaluations before the restart exist only
+    # there, and the summary must agree with the record every report reads.
     records = rundir.read_metrics(t.run_dir)
     evals = [r for r in records if r["split"] == "eval"]
     probes = [r for r in records if r["split"] == "probe"]

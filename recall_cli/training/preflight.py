@@ -26,7 +26,7 @@ import torch
 
 from ..errors import PreflightError
 
-from ..model import head_is_new, is_trained_classifier, load_config, position_limit  # noqa: F401 - load_config: tests patch it here
+from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
 from ..recipe import Recipe
 
