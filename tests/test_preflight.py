@@ -231,3 +231,27 @@ def test_position_limit_minds_the_roberta_offset(model_type, positions, pad, lim
 
     config = AutoConfig.for_model(model_type, max_position_embeddings=positions, pad_token_id=pad)
     assert model.position_limit(config) == limit
+
+
+@pytest.mark.parametrize("targets", [None, ["query", "value"]])
+def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, targets):
+    """Under LoRA only the adapters and the head have gradients and Adam's moments: the estimate (made
+    before any model is built) counts exactly the parameters peft trains, not the whole model's."""
+    from transformers import AutoModelForSequenceClassification
+
+    from recall_cli.methods import lora
+
+    lengths, cpu = [16] * 8, torch.device("cpu")
+    config = model.load_config(str(tiny_model_dir))
+    plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"}), "r.yaml")
+    with_lora = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"},
+                                             model={"lora": {"r": 8, "alpha": 16, "target_modules": targets}}), "r.yaml")
+    full = preflight.estimate_memory(plain, config, 2, cpu, "fp32", 1, lengths)
+    est = preflight.estimate_memory(with_lora, config, 2, cpu, "fp32", 1, lengths)
+    wrapped = lora.wrap(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2), 8, 16, 0.0, targets)
+    trainable, total = wrapped.get_nb_trainable_parameters()
+    base = sum(p.numel() for p in AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2).parameters())
+    assert est.parts["gradients"] == 4 * trainable and est.parts["adam_moments"] == 8 * trainable
+    assert est.parts["weights"] == 4 * total  # the frozen base, the adapters and peft's copy of the head
+    assert full.parts["gradients"] == 4 * base and full.parts["weights"] == 4 * base
+    assert 0 < trainable < base / 10 and est.total_bytes < full.total_bytes

@@ -188,8 +188,11 @@ def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resum
 # ---- memory --------------------------------------------------------------------------------------
 
 
-def parameter_counts(config, num_labels: int) -> tuple[int, int]:
-    """(all parameters, head parameters) of the classifier, counted on the meta device: no memory."""
+def parameter_counts(config, num_labels: int, lora=None) -> tuple[int, int, int]:
+    """(all parameters, head parameters, trained parameters) of the classifier, counted on the meta
+    device: no memory. Under LoRA (``lora.r`` > 0) the trained ones are the adapters, r x (in + out)
+    on each targeted linear layer (peft's "all-linear" without the head's, or the named ones), and the
+    head, which trains in full: what peft's get_nb_trainable_parameters counts."""
     from transformers import AutoModelForSequenceClassification
 
     from ..model import head_parameter_names, quiet_transformers
@@ -201,7 +204,15 @@ def parameter_counts(config, num_labels: int) -> tuple[int, int]:
         model = AutoModelForSequenceClassification.from_config(config)
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
-    return total, sum(p.numel() for n, p in model.named_parameters() if n in head)
+    head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
+    if lora is None or lora.r <= 0:
+        return total, head_count, total
+    head_modules = {name.rsplit(".", 1)[0] for name in head}
+    named = {m.strip() for m in lora.target_modules or []}
+    adapters = sum(lora.r * (m.in_features + m.out_features) for name, m in model.named_modules()
+                   if isinstance(m, torch.nn.Linear) and name not in head_modules
+                   and (not named or name.rsplit(".", 1)[-1] in named))
+    return total, head_count, adapters + head_count
 
 
 def activation_bytes(config, batch: int, length: int, precision: str) -> int:
@@ -221,13 +232,15 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
 def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
                     world_size: int, lengths: list[int] | None) -> MemoryEstimate:
     tc = recipe.train
-    total, head = parameter_counts(config, num_labels)
+    total, head, trained = parameter_counts(config, num_labels, recipe.model.lora)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
+    # Under LoRA peft adds the adapters and a trainable copy of the head (modules_to_save) beside the frozen model.
+    added = trained if recipe.model.lora.r > 0 else 0
     parts = {
-        "weights": 4 * total,  # fp32 master weights; autocast casts per op
-        "gradients": 4 * total,
-        "adam_moments": 8 * total if OPTIMIZERS[recipe.optimizer.name].adam_moments else 0,
+        "weights": 4 * (total + added),  # fp32 master weights; autocast casts per op
+        "gradients": 4 * trained,  # under LoRA only the adapters and the head have them
+        "adam_moments": 8 * trained if OPTIMIZERS[recipe.optimizer.name].adam_moments else 0,
         "theta_star": anchor_bytes * (total - head),
         "activations": activation_bytes(config, tc.batch_size, length, precision),
     }
