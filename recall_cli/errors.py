@@ -202,8 +202,8 @@ def signals_raise(on_signal: Callable[[int], object] | None = None, *, sigint: b
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for s, handler in previous.items():  # None: a handler installed from C, which Python cannot restore
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 class TrainingDiverged(RecallError, RuntimeError):

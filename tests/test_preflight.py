@@ -250,8 +250,13 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     est = preflight.estimate_memory(with_lora, config, 2, cpu, "fp32", 1, lengths)
     wrapped = lora.wrap(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2), 8, 16, 0.0, targets)
     trainable, total = wrapped.get_nb_trainable_parameters()
-    base = sum(p.numel() for p in AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2).parameters())
+    plain_model = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2)
+    base = sum(p.numel() for p in plain_model.parameters())
+    head = sum(p.numel() for n, p in plain_model.named_parameters() if n in model.head_parameter_names(plain_model))
     assert est.parts["gradients"] == 4 * trainable and est.parts["adam_moments"] == 8 * trainable
     assert est.parts["weights"] == 4 * total  # the frozen base, the adapters and peft's copy of the head
+    assert est.parts["theta_star"] == 4 * (base - head)  # the probes' fp32 copy in host memory, bf16 anchors or not
+    gpu = preflight.estimate_memory(with_lora, config, 2, torch.device("cuda"), "bf16", 1, lengths)
+    assert gpu.parts["theta_star"] == 0 and gpu.parts["autocast_copies"] == 2 * trainable  # nothing of theta* on the device
     assert full.parts["gradients"] == 4 * base and full.parts["weights"] == 4 * base
     assert 0 < trainable < base / 10 and est.total_bytes < full.total_bytes

@@ -46,15 +46,15 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
-def distance(student: Tensor, theta_star: Tensor, kind: str) -> Tensor:
+def distance(student: Tensor, star: Tensor, kind: str) -> Tensor:
     """How far the batch's embeddings are from theta*'s, a scalar (float32 whatever the inputs)."""
-    student, theta_star = student.float(), theta_star.float()
+    student, star = student.float(), star.float()
     if kind == "cosine":
-        return (1.0 - F.cosine_similarity(student, theta_star, dim=-1)).mean()
+        return (1.0 - F.cosine_similarity(student, star, dim=-1)).mean()
     if kind == "mse":
-        return F.mse_loss(student, theta_star)
+        return F.mse_loss(student, star)
     if kind == "gram":
-        s, r = F.normalize(student, dim=-1), F.normalize(theta_star, dim=-1)
+        s, r = F.normalize(student, dim=-1), F.normalize(star, dim=-1)
         return ((s @ s.T - r @ r.T) ** 2).mean()
     raise ValueError(f"unknown distance {kind!r} (choose from {', '.join(DISTANCES)})")
 
@@ -98,10 +98,10 @@ class EmbeddingAnchor:
         if self.cache is not None:
             if indices is None:
                 raise ValueError("a cached anchor needs the batch's example indices")
-            theta_star = self.cache[indices]
+            star = self.cache[indices]
         else:
-            theta_star = self.theta_star_embeddings(batch)
-        return distance(student, theta_star, self.kind)
+            star = self.theta_star_embeddings(batch)
+        return distance(student, star, self.kind)
 
     @torch.no_grad()
     def theta_star_embeddings(self, batch: dict[str, Tensor]) -> Tensor:

@@ -29,7 +29,8 @@ class RecAdam(Optimizer):
     r"""Adam that recalls pretrained weights while it learns a new task (Chen et al., 2020).
 
     Each parameter group may carry ``anchors``: a list of tensors aligned with its ``params`` holding
-    the pretrained weights theta* (``theta_star`` everywhere else in recall; the key is public API). A group without anchors (or with ``anneal_w == 0``), and any
+    the pretrained weights theta* (``theta_star`` everywhere else in recall; the key is public
+    API). A group without anchors (or with ``anneal_w == 0``), and any
     ``None`` entry in ``anchors``, is updated by plain Adam with decoupled weight decay: that is how
     the newly initialised classifier head is trained.
 

@@ -64,9 +64,9 @@ def debiased_cka(x: Tensor, y: Tensor) -> float:
     return unbiased_hsic(k, l) / math.sqrt(kk * ll)
 
 
-def drift(theta: Tensor, theta_star: Tensor) -> float:
+def drift(theta: Tensor, star: Tensor) -> float:
     """Feature drift: the mean over examples of 1 - cos(e_θ(x), e_θ*(x)), rows being examples."""
-    cos = torch.nn.functional.cosine_similarity(theta.to(torch.float64), theta_star.to(torch.float64), dim=1)
+    cos = torch.nn.functional.cosine_similarity(theta.to(torch.float64), star.to(torch.float64), dim=1)
     return float((1.0 - cos).clamp(min=0.0).mean())  # rounding can put cos a hair above 1
 
 

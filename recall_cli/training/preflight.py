@@ -234,18 +234,21 @@ def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.devic
     tc = recipe.train
     total, head, trained = parameter_counts(config, num_labels, recipe.model.lora)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
+    lora = recipe.model.lora.r > 0
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
-    # Under LoRA peft adds the adapters and a trainable copy of the head (modules_to_save) beside the frozen model.
-    added = trained if recipe.model.lora.r > 0 else 0
+    # Under LoRA peft adds the adapters and a trainable copy of the head (modules_to_save) beside the frozen
+    # model, and theta* is only the probes' fp32 copy in host memory (no pull, no copy on the device).
+    theta_star = 0 if lora and device.type != "cpu" else (4 if lora else anchor_bytes) * (total - head)
     parts = {
-        "weights": 4 * (total + added),  # fp32 master weights; autocast casts per op
+        "weights": 4 * (total + (trained if lora else 0)),  # fp32 master weights; autocast casts per op
         "gradients": 4 * trained,  # under LoRA only the adapters and the head have them
         "adam_moments": 8 * trained if OPTIMIZERS[recipe.optimizer.name].adam_moments else 0,
-        "theta_star": anchor_bytes * (total - head),
+        "theta_star": theta_star,
         "activations": activation_bytes(config, tc.batch_size, length, precision),
     }
     if precision != "fp32":
-        parts["autocast_copies"] = 2 * total  # autocast's 16-bit weight cache during a step
+        # autocast's 16-bit cache of the weights that train (it keeps no cast of a frozen one)
+        parts["autocast_copies"] = 2 * trained
     if device.type == "cpu":
         # Every process tokenizes and keeps all training rows (ranks slice batches, not the data).
         parts["data"] = BYTES_PER_TOKEN * (sum(lengths) if lengths else 0)
@@ -275,7 +278,7 @@ def available_ram() -> int | None:
 def available_cuda(device: torch.device) -> int | None:
     try:
         free, _total = torch.cuda.mem_get_info(device)
-    except RuntimeError:
+    except (RuntimeError, AssertionError):  # AssertionError: a torch built without CUDA
         return None
     return int(free)
 
@@ -301,7 +304,7 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
             found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
             break
         factor *= 2
-    if recipe.model.anchor_dtype == "float32" and fits(model={"anchor_dtype": "bfloat16"}):
+    if recipe.model.anchor_dtype == "float32" and recipe.model.lora.r == 0 and fits(model={"anchor_dtype": "bfloat16"}):
         found.append("model.anchor_dtype=bfloat16")
     length = recipe.task.max_seq_length // 2
     while length >= 16:

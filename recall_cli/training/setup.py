@@ -339,7 +339,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
 
         functional, pairs = lora.theta_star_names(model, theta_star), []
     else:
-        functional = theta_star  # what makes `model` compute theta*'s function (the probes' and the anchor's reference)
+        functional = theta_star  # what makes `model` compute theta*'s function (for the probes and the anchor)
         if not pairs:  # adamw: keep theta* only to measure forgetting
             pairs = [(q, theta_star[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in theta_star]
     scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
