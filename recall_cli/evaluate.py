@@ -176,6 +176,6 @@ def held_out_rows(task_cfg: Any, spec: Any, tokenizer: Any) -> Any:
     from .holdout import holdout_split
 
     train = data.load_split(task_cfg, "train", task_cfg.max_train_examples)
-    _, held = holdout_split(train.labels, task_cfg.holdout, regression=spec.num_labels == 1)
+    _, held = holdout_split(train.labels, task_cfg.holdout, regression=spec.is_regression)
     rows = data.Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
     return data.tokenize(rows, tokenizer, task_cfg.max_seq_length)

@@ -28,7 +28,6 @@ from .rundir import RECORD_SECTION, Located, Summary
 RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
-
 def _recipe_dict(source: Located) -> dict[str, Any]:
     from .recipe_file import read_yaml
 

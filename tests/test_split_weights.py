@@ -31,6 +31,16 @@ def test_split_then_join_gives_every_bit_back():
     assert all(torch.equal(whole[k].view(torch.uint8), v.view(torch.uint8)) for k, v in source.items())
 
 
+def _kit(tmp_path: Path, top: dict, low: dict, sha256: str) -> tuple[Path, Path]:
+    """What the two calls carry: the site with the top halves, and the low halves with the sha to check."""
+    site, lows = tmp_path / "site", tmp_path / "low"
+    (site / WEIGHTS).parent.mkdir(parents=True)
+    lows.mkdir()
+    save_file(top, str(site / WEIGHTS))
+    save_file(low, str(lows / LOW), metadata={"format": "pt", "sha256": sha256})
+    return site, lows
+
+
 def _join(site: Path, low: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "benchmarks" / "split_weights.py"), "join", str(site), str(low)],
                           capture_output=True, text=True)
@@ -39,12 +49,7 @@ def _join(site: Path, low: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_join_twice_on_a_warm_machine_keeps_the_joined_weights(tmp_path):
     source = _weights()
-    top, low = split(source)
-    site, lows = tmp_path / "site", tmp_path / "low"
-    (site / WEIGHTS).parent.mkdir(parents=True)
-    lows.mkdir()
-    save_file(top, str(site / WEIGHTS))
-    save_file(low, str(lows / LOW), metadata={"format": "pt", "sha256": digest(source)})
+    site, lows = _kit(tmp_path, *split(source), digest(source))
     first = _join(site, lows)
     assert first.returncode == 0, first.stderr
     assert digest(load_file(str(site / WEIGHTS))) == digest(source)
@@ -58,11 +63,7 @@ def test_join_twice_on_a_warm_machine_keeps_the_joined_weights(tmp_path):
 def test_join_refuses_halves_of_other_weights(tmp_path):
     top, low = split(_weights())
     other = {k: v + 1 if v.is_floating_point() else v for k, v in _weights().items()}
-    site, lows = tmp_path / "site", tmp_path / "low"
-    (site / WEIGHTS).parent.mkdir(parents=True)
-    lows.mkdir()
-    save_file(top, str(site / WEIGHTS))
-    save_file(low, str(lows / LOW), metadata={"format": "pt", "sha256": digest(other)})
+    site, lows = _kit(tmp_path, top, low, digest(other))
     done = _join(site, lows)
     assert done.returncode == 1 and "do not match" in done.stderr
     assert torch.equal(load_file(str(site / WEIGHTS))["a.weight"], top["a.weight"])  # nothing written

@@ -126,8 +126,9 @@ def cell_dir(task: str, family: str, seed: int) -> Path:
     return RUNS / task / family / f"s{seed}"
 
 
-def command(task: str, family: str, seed: int) -> list[str]:
-    out = cell_dir(task, family, seed)
+def command(task: str, family: str, seed: int, out: Path | None = None) -> list[str]:
+    """The cell's `recall finetune` (into ``out``, default its own folder): resumed where last/ is complete."""
+    out = out or cell_dir(task, family, seed)
     args = [sys.executable, "-m", "recall_cli", "finetune"]  # the running Python's recall (a GPU image has no script)
     if (out / "last" / "trainer_state.json").is_file():
         return args + ["--resume", str(out), "--plain"]
@@ -265,9 +266,7 @@ def endpoint(task: str, source: str, seed: int, log) -> int:
     if finished_here(task, source, seed) is not None:
         return 0
     out = RUNS / "endpoints" / task / source / f"s{seed}"
-    overrides = families(task)[source]
-    code = subprocess.call([sys.executable, "-m", "recall_cli", "finetune", *base(task, seed, out), *overrides,
-                            "--overwrite", "--plain"], stdout=log, stderr=subprocess.STDOUT)
+    code = subprocess.call(command(task, source, seed, out), stdout=log, stderr=subprocess.STDOUT)
     if code == 0:
         tidy_folder(out, {"best", "lp"})
     return code

@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 
-
 def method_spec(name: str) -> type[MethodSpec]:
     if name not in METHODS:
         raise MergeError(f"--method {name}: use one of {', '.join(METHODS)}")

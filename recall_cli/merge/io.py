@@ -38,7 +38,6 @@ _BUFFERS = ("position_ids",)
 _BLOCK = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
 
 
-
 @contextmanager
 def _opened(file: Path) -> Iterator[Any]:
     """safe_open; a file that safetensors cannot read (truncated, another format) is a MergeError naming it."""

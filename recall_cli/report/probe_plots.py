@@ -171,8 +171,6 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
     return save_figure(fig, plt, out, dpi)
 
 
-
-
 def axis_title(metric: str, task: str | None = None) -> str:
     """'dev accuracy ×100', 'dev MCC ×100', 'STS skill kept, % of pretrained': what the axis shows."""
     name = TASKS[task].main_metric if metric == "main" and task in TASKS else metric

@@ -327,7 +327,6 @@ def _values(runs: list[Run], key: str) -> set[str]:
             if not (key in RECADAM_ONLY_KEYS and is_vanilla(r.settings.get("optimizer.name")))}
 
 
-
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

@@ -80,8 +80,6 @@ def _diff(value: float | None, metric: str) -> str:
     return f"{100 * value:+.1f}"
 
 
-
-
 def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any]]) -> list[list[tuple[str, bool]]]:
     """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it."""
     against = result.against

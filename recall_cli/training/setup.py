@@ -67,7 +67,7 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     dev = {split: features(data.load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
         return TaskData(spec, train, dev, sentences=sentences)
-    kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.num_labels == 1)
+    kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.is_regression)
     return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held), sentences=sentences)
 
 
