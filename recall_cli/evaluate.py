@@ -99,7 +99,7 @@ def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None =
     from . import data
     from .model import load_config
     from .recipe import TaskConfig, recipe_from_dict
-    from .recipe_file import read_yaml
+    from .recipe.file import read_yaml
     from .rundir import locate
 
     located = locate(path)

@@ -29,7 +29,7 @@ RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
 def _recipe_dict(source: Located) -> dict[str, Any]:
-    from .recipe_file import read_yaml
+    from .recipe.file import read_yaml
 
     config = source.recipe_file
     if config is None or not config.is_file():
@@ -70,7 +70,7 @@ METHOD_KINDS = {name: o.kind for name, o in OPTIMIZERS.items()}  # how a merge i
 def _kind_of(item: dict[str, Any]) -> str:
     """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
     from .recipe import OptimizerConfig
-    from .recipe_file import read_yaml
+    from .recipe.file import read_yaml
 
     if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
         return METHOD_KINDS.get(item["optimizer"], item["optimizer"])

@@ -30,7 +30,7 @@ from .errors import STOPPED, RecipeError, SweepError, signals_raise
 from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
 from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
-from .recipe_file import read_yaml
+from .recipe.file import read_yaml
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"

@@ -22,7 +22,7 @@ def test_every_task_loads_and_scores_as_its_entry_says():
     from recall_cli.data import task_spec
     from recall_cli.metrics import compute_metrics
     from recall_cli.recipe import TaskConfig
-    from recall_cli.recipe_checks import GLUE_TASK_NAMES  # what the recipe checks a task name against
+    from recall_cli.recipe.checks import GLUE_TASK_NAMES  # what the recipe checks a task name against
 
     assert GLUE_TASK_NAMES == tuple(names.TASKS)
     for name, task in names.TASKS.items():

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from recall_cli import recipe as recipe_module
-from recall_cli import recipe_advice
+from recall_cli.recipe import advice as recipe_advice
 from recall_cli.recipe import build_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -301,7 +301,7 @@ def load_recipe_name(path: Path) -> str:
 def test_optimizer_adamw_alone_makes_any_shipped_recipe_its_vanilla_baseline(path):
     """RecAdam's keys (the floor, gamma, the schedule, RI) are set aside and named, never refused."""
     from recall_cli.recipe import load_recipe
-    from recall_cli.recipe_advice import runnable, unused_keys
+    from recall_cli.recipe.advice import runnable, unused_keys
 
     recipe = load_recipe(path, ["optimizer.name=adamw"])
     ran = runnable(recipe)

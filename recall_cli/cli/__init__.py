@@ -141,7 +141,7 @@ def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Pat
     """The recipe file with its overrides, or --resume's run directory's own config.yaml (a moved or
     copied run is where the user says it is now)."""
     from ..recipe import load_recipe, recipe_from_dict
-    from ..recipe_file import read_yaml
+    from ..recipe.file import read_yaml
     from ..rundir import CONFIG_FILE, no_checkpoint_message, scored_record
 
     if resume is None:
@@ -169,7 +169,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     from ..distributed import Distributed
     from ..names import OPTIMIZERS
     from ..optim import anneal_lambda, pull_weight
-    from ..recipe_advice import schedule_warnings
+    from ..recipe.advice import schedule_warnings
     from ..training.methods import dry_run_lines
     from ..training.progress import Reporter
     from ..training.setup import Start, prepare

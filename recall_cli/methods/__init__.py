@@ -65,7 +65,7 @@ def check_methods(recipe: Recipe) -> list[str]:
     k, lora, tr, o = recipe.keep, recipe.model.lora, recipe.train, recipe.optimizer
     if k.embeddings < 0:
         problems.append(f"keep.embeddings: the anchor's weight must be >= 0 (0 = off), got {k.embeddings}")
-    # RI only under RecAdam: an optimizer without recall terms sets model.init aside (recipe_advice.runnable).
+    # RI only under RecAdam: an optimizer without recall terms sets model.init aside (recipe.advice.runnable).
     random_init = recipe.model.init == "random" and OPTIMIZERS[o.name].anchored
     if k.embeddings > 0 and random_init:
         problems.append("keep.embeddings: a random-init run has no pretrained function to keep "

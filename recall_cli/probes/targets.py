@@ -27,7 +27,7 @@ class Target:
 
 def resolve_target(text: str, against: str | None = None) -> Target:
     """A path is resolved as every command resolves one (rundir.locate); anything else is a model name."""
-    from ..recipe_file import read_yaml
+    from ..recipe.file import read_yaml
     from ..rundir import CONFIG_FILE, locate
 
     if not Path(text).exists():

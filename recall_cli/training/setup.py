@@ -33,7 +33,7 @@ from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
-from ..recipe_advice import runnable, schedule_warnings, unused_keys
+from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from . import checkpoint, compiled, methods, preflight
 from .checkpoint import TrainerState

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from .errors import RecipeError
+from ..errors import RecipeError
 
 # A recipe is a few dozen values; YAML aliases can make a few lines stand for billions of them (an
 # "alias bomb"), which no check or message should walk or print.

@@ -1,12 +1,12 @@
 """Advice on a valid recipe: what its schedule will do to a run of this length, and which of its keys
-the run will not read. Warnings, never errors (recipe_checks.check_recipe has those)."""
+the run will not read. Warnings, never errors (checks.check_recipe has those)."""
 
 from __future__ import annotations
 
 import math
 
-from .names import OPTIMIZERS, RECADAM_ONLY_KEYS
-from .recipe import OptimizerConfig, Recipe
+from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
+from .schema import OptimizerConfig, Recipe
 
 # What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the
 # embedding anchor's weight follows the same schedule (keep.schedule=recall).

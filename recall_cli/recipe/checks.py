@@ -1,5 +1,5 @@
 """A recipe's checks across fields: every problem of a built recipe, each one line naming the key and
-the fix, reported at once (recipe.build_recipe calls check_recipe). The method keys' own checks live with
+the fix, reported at once (build.build_recipe calls check_recipe). The method keys' own checks live with
 the methods (methods.check_methods)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .methods import check_methods
-from .names import GLUE_TASK_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
+from ..methods import check_methods
+from ..names import GLUE_TASK_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 if TYPE_CHECKING:
-    from .recipe import OptimizerConfig, ProbeConfig, Recipe, TaskConfig
+    from .schema import OptimizerConfig, ProbeConfig, Recipe, TaskConfig
 
 
 def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:

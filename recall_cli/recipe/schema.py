@@ -1,0 +1,200 @@
+"""The recipe's schema: one frozen dataclass per section, their defaults and what each key means
+(docs/gen_recipe_keys.py writes docs/recipe-keys.md from these classes and their comments)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters through peft (Hu et al. 2021): r = 0 fine-tunes every weight."""
+
+    r: int = 0  # the adapters' rank; 0 = full fine-tuning
+    alpha: float = 16.0  # peft's lora_alpha: the update is scaled by alpha / r
+    dropout: float = 0.1  # peft's lora_dropout, on the adapters' input
+    # Names (or name suffixes) of the modules that get adapters; null = every linear layer of the encoder.
+    target_modules: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str  # a hub id or a local folder
+    init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
+    anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
+    trust_remote_code: bool = False
+    # The classification head of a checkpoint that already has one: "auto" starts a fresh head when the
+    # checkpoint is a fine-tuned classifier (its task's head is no prior for this task), "keep" loads it
+    # and anchors it like the encoder, "new" always starts a fresh one. A head whose label count differs
+    # from the task's is replaced whatever this says.
+    head: Literal["auto", "keep", "new"] = "auto"
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str  # a GLUE task or "custom"
+    data_dir: str | None = None  # a local GLUE task folder; null = the Hugging Face hub
+    max_seq_length: int = 128
+    train_file: str | None = None  # custom tasks: .csv, .tsv or .jsonl
+    dev_file: str | None = None
+    text_fields: list[str] | None = None
+    label_field: str | None = None
+    num_labels: int | None = None  # 1 = regression
+    label_names: list[str] | None = None
+    max_train_examples: int | None = None  # first N training rows (smoke tests, quick starts)
+    max_eval_examples: int | None = None
+    # Length buckets: each batch is padded up to a multiple of this (capped at max_seq_length), so a
+    # compiled step sees a handful of shapes; null pads each batch to its longest row (dynamic padding).
+    pad_to_multiple_of: int | None = None
+    # A fraction of the training rows held out (stratified, by a fixed seed: every run of a task holds out
+    # the same rows) to evaluate on during training and choose best/ by; the dev split is then scored
+    # once at the end, as a test set. 0 = off: evaluations and best/ use the dev split.
+    holdout: float = 0.0
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal[OPTIMIZER_NAMES] = "recadam"  # a name in names.OPTIMIZERS
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    eps: float = 1e-8  # the released script's adam_epsilon
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    anneal_fun: Literal[ANNEAL_FUNCTION_NAMES] = "sigmoid"
+    anneal_k: float = 0.5
+    anneal_t0: float = 250  # optimizer steps (>= 1), or a fraction of the run's steps when < 1
+    anneal_w: float = 1.0
+    pretrain_cof: float = 5000.0  # gamma
+    # The least weight of the recall penalty, as a fraction of gamma, in [0, anneal_w]: the paper's
+    # weight (anneal_w - lambda) vanishes after t0; a floor keeps a constant pull for the whole run.
+    recall_floor: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 32
+    eval_batch_size: int | None = None  # default: 2 x batch_size
+    grad_accum: int = 1
+    max_steps: int | None = None  # optimizer steps; or
+    epochs: float | None = None
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # The step under torch.compile: auto compiles where it is measured faster (docs/speed.md), off
+    # never, on always (exit 2 with the reason when it cannot).
+    compile: Literal["auto", "off", "on"] = "auto"
+    # Experiment trackers that get every metrics.jsonl record (names.TRACKERS; the Trainer's names).
+    report_to: list[str] = field(default_factory=list)
+    seed: int = 42
+    log_every: int = 10
+    eval_every: int = 0  # 0: evaluate at the end only
+    save_every: int = 0  # 0: save at each evaluation and at the end
+    keep_last: int = 0  # step-numbered checkpoints kept besides last/ and best/
+    # What a finished run keeps: "final" (the default): what every later command reads, best/, last/'s
+    # weights, the records, summary and cards; last/'s optimizer and RNG state, theta*
+    # (anchor.safetensors) and checkpoints/ are removed once the run has finished (about 2/3 of a run's
+    # disk: theta* and Adam's two moments). "all" keeps everything, so that --resume can extend the
+    # finished run (more steps or epochs). A run stopped before its end keeps everything, whatever this
+    # says, so that --resume continues it; a run written before this key existed resumes as "all".
+    save: Literal["all", "final"] = "final"
+    # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
+    # keeps that point as lp/. 0 = off.
+    linear_probe_steps: int = 0
+    # The head phase's peak learning rate (a probe on a frozen encoder takes a larger step than fine-tuning
+    # does; the schedule's warm-up and decay apply to it alike); null: optimizer.lr.
+    linear_probe_lr: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What the model still knows, measured at step 0 and at every evaluation (recall_cli/probes/).
+    Sized so that the quick start spends under 5% of its time here (benchmarks/probe_cost.py)."""
+
+    enabled: bool = True
+    probes: list[str] = field(default_factory=lambda: list(PROBE_NAMES))
+    texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
+    pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
+    num_texts: int | None = 128  # first N probe sentences; null = all
+    num_pairs: int | None = 256  # a fixed seeded sample of N pairs; null = all
+    max_length: int = 64  # tokens per probe sentence
+    batch_size: int = 64
+    every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
+
+
+@dataclass(frozen=True)
+class KeepConfig:
+    """The embedding anchor (methods/keep.py): a term that keeps the pooled sentence embedding of each
+    training example near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
+
+    embeddings: float = 0.0  # the term's weight; 0 = off
+    pooling: Literal["mean", "cls"] = "mean"  # mean: what the STS probe reads
+    distance: Literal["cosine", "mse", "gram"] = "cosine"
+    # constant, or recall: the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)
+    schedule: Literal["constant", "recall"] = "constant"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: ModelConfig
+    task: TaskConfig
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    # Runs written before probes existed have no probe section: they read as the defaults.
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # Runs written before the embedding anchor existed have no keep section: it is off.
+    keep: KeepConfig = field(default_factory=KeepConfig)
+    output_dir: str = "runs/run"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def anneal_t0_steps(self, total_steps: int) -> float:
+        """anneal_t0 in optimizer steps: a value below 1 is a fraction of the run."""
+        t0 = self.optimizer.anneal_t0
+        return round(t0 * total_steps) if 0 < t0 < 1 else t0
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "task": TaskConfig,
+    "optimizer": OptimizerConfig,
+    "train": TrainConfig,
+    "probe": ProbeConfig,
+    "keep": KeepConfig,
+}
+REQUIRED_SECTIONS = ("model", "task")
+
+
+def all_keys() -> list[str]:
+    """Every valid dotted key, for did-you-mean suggestions and documentation."""
+    def of(prefix: str, cls: type) -> list[str]:
+        hints = typing.get_type_hints(cls)
+        return [key for f in fields(cls)
+                for key in (of(f"{prefix}.{f.name}", hints[f.name]) if dataclasses.is_dataclass(hints[f.name])
+                            else [f"{prefix}.{f.name}"])]
+
+    return ["output_dir"] + [key for section, cls in SECTIONS.items() for key in of(section, cls)]
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested recipe dict as {dotted key: value}: the names overrides, grids and reports use."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def dump_recipe(recipe: Recipe, path: Path) -> None:
+    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
