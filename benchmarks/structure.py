@@ -44,15 +44,13 @@ def modules() -> dict[str, Path]:
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """recall_cli modules that ``name`` imports (anywhere in the file, lazily too; not under TYPE_CHECKING)."""
+    """recall_cli modules that ``name`` imports (anywhere in the file, lazily too, and under TYPE_CHECKING:
+    an import for annotations only is no arrow at run time, but it is one in the layering, and a circle
+    of them is the same fault as a circle at run time)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and ast.unparse(block.test) in
-                   ("TYPE_CHECKING", "typing.TYPE_CHECKING") for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
-        if id(node) in typing_only:  # annotations only: no arrow at run time
-            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")

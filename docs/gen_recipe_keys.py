@@ -29,7 +29,8 @@ PAGE = REPO / "docs" / "recipe-keys.md"
 sys.path.insert(0, str(REPO))  # run from a clone without an install, as `make docs` may
 
 from recall_cli import recipe as recipe_module  # noqa: E402
-from recall_cli.names import METHODS, OPTIMIZERS, RECADAM_ONLY_KEYS  # noqa: E402
+from recall_cli.methods import methods as registered_methods  # noqa: E402
+from recall_cli.names import OPTIMIZERS, RECADAM_ONLY_KEYS  # noqa: E402
 
 # Where the checks live: the recipe's own and the methods' (each message starts with the key it is about).
 CHECK_SOURCES = tuple(sorted((REPO / "recall_cli" / "recipe").glob("*.py"))
@@ -82,7 +83,7 @@ def sections() -> list[tuple[str, type]]:
             if dataclasses.is_dataclass(hints[f.name]):
                 walk(f"{prefix}.{f.name}", hints[f.name])
 
-    for name, cls in recipe_module.SECTIONS.items():
+    for name, cls in recipe_module.all_sections().items():
         walk(name, cls)
     return out
 
@@ -190,7 +191,7 @@ def read_by() -> dict[str, str]:
     vanilla = ", ".join(f"`{o.name}`" for o in OPTIMIZERS.values() if not o.anchored)
     notes = {key: f"*Read by RecAdam only* ({anchored}); with {vanilla} it is listed as unused on "
              "the start line and in `--dry-run`." for key in RECADAM_ONLY_KEYS}
-    for method in METHODS.values():
+    for method in registered_methods():
         for key in method.keys:
             turns_on = "; turns it on" if key == method.switch else ""
             notes[key] = f"*Method:* {method.label} ({method.paper}){turns_on}."

@@ -177,7 +177,7 @@ def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | tor
     ``recall_cli.loss_step(model, batch, [anchor], step)`` adds it to the task loss as the CLI does."""
     import copy
 
-    from .methods.keep import EmbeddingAnchor
+    from .methods.keep.term import EmbeddingAnchor
 
     if isinstance(pretrained, torch.nn.Module):
         theta_star = copy.deepcopy(pretrained)
@@ -195,12 +195,12 @@ def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | tor
 def freeze_encoder(model: torch.nn.Module) -> None:
     """LP-FT's first phase: every parameter but the classification head stops training (no gradient,
     so optimizers skip it: no update, no weight decay). :func:`unfreeze_encoder` starts the second."""
-    from .methods.lpft import freeze_encoder as freeze
+    from .methods.lpft.freeze import freeze_encoder as freeze
 
     freeze(model)
 
 
 def unfreeze_encoder(model: torch.nn.Module) -> None:
-    from .methods.lpft import unfreeze_encoder as unfreeze
+    from .methods.lpft.freeze import unfreeze_encoder as unfreeze
 
     unfreeze(model)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .methods import method_labels
+from .methods import registry
 from .names import MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 
 CARD_FILE = "README.md"
@@ -184,8 +184,8 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
                   f"| annealing | {o.anneal_fun}, w = {_g(o.anneal_w)} |"]
         if o.recall_floor > 0:
             lines.append(f"| floor (`recall_floor`) | {_g(o.recall_floor)} |")
-    for method in method_labels(recipe):
-        lines.append(f"| method | {method} |")
+    for method in registry.active(recipe):
+        lines += [f"| {name} | {value} |" for name, value in method.card_rows(recipe)]
     lines += [f"| learning rate | {_g(o.lr)} |",
               f"| steps | {step} of {total_steps} |",
               f"| batch size | {t.batch_size} × {t.grad_accum} (per process × accumulation) |",

@@ -99,6 +99,11 @@ class DeviceError(RecallError, ValueError):
     """The recipe asks for a device or precision this machine does not have; the message says what to set."""
 
 
+class PluginError(RecallError, RuntimeError):
+    """An installed method plugin (entry-point group recall_cli.methods) that cannot be loaded or
+    registered; the message names the plugin and its package (fix or uninstall it)."""
+
+
 class CompileError(RecallError, RuntimeError):
     """train.compile=on where the step cannot be compiled (no compiler, an old torch, a failed
     compile); the message says why and offers train.compile=off or auto."""

@@ -66,13 +66,13 @@ class LinearProbeCallback(TrainerCallback):
         self.steps = steps
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        from .methods.lpft import freeze_encoder
+        from .methods.lpft.freeze import freeze_encoder
 
         if state.global_step < self.steps:
             freeze_encoder(model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        from .methods.lpft import unfreeze_encoder
+        from .methods.lpft.freeze import unfreeze_encoder
 
         if state.global_step == self.steps:
             unfreeze_encoder(model)

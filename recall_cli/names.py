@@ -1,7 +1,8 @@
 """The names recall knows, one table each: GLUE tasks, optimizers, probes, short names for recipe keys,
 and the Hub ids of the models that ship as Python packages.
 
-Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
+Methods (the embedding anchor, LP-FT, LoRA, plugins) have a registry of their own that runs
+(methods/registry.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
 optimizer and probe names; data loads a task's files and hub columns; metrics reads a task's extra
 metrics; model and the training set-up read whether an optimizer is anchored and its mode; records
 its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
@@ -147,38 +148,6 @@ def is_vanilla(name: object) -> bool:
     """A known optimizer without recall terms (adamw): a run whose anneal_* keys mean nothing."""
     entry = OPTIMIZERS.get(name) if isinstance(name, str) else None
     return entry is not None and not entry.anchored
-
-
-# ---- methods -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Method:
-    """A way to forget less that is not an optimizer (recall_cli/methods/): it composes with any
-    optimizer.name. The step's loss is the task loss plus the terms of the methods a recipe turns on
-    (training/loss.py)."""
-
-    name: str
-    label: str  # how tables, figures and model cards name it: "embedding anchor 1.0", "LoRA r=8"
-    switch: str  # the recipe key that turns it on (0 = off)
-    keys: tuple[str, ...]  # every recipe key it reads
-    needs: str | None  # what of theta* it keeps during training: "features" (its pooled embeddings), or None
-    record_fields: tuple[str, ...]  # what it adds to a train record of metrics.jsonl
-    paper: str
-    cell: str  # a sweep cell's name prefix for its switch: keep1.0, lp100, r8
-
-
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("keep", "embedding anchor", "keep.embeddings",
-           ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule"), "features",
-           ("loss_task", "loss_keep", "keep_weight"),
-           "LwF (Li & Hoiem 2016); LDIFS (Mukhoti et al. 2023, arXiv 2308.13320)", "keep"),
-    Method("lp_ft", "LP-FT", "train.linear_probe_steps", ("train.linear_probe_steps", "train.linear_probe_lr"), None, (),
-           "Kumar et al. 2022, arXiv 2202.10054", "lp"),
-    Method("lora", "LoRA", "model.lora.r",
-           ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules"), None, (),
-           "Hu et al. 2021, arXiv 2106.09685; Biderman et al. 2024, arXiv 2405.09673", "r"),
-)}
 
 
 # ---- probes --------------------------------------------------------------------------------------

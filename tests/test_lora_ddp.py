@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from recall_cli import data
 from recall_cli.cli import app
-from recall_cli.methods import lora
+from recall_cli.methods.lora import peft_lora as lora
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.recipe import recipe_from_dict
 from recall_cli.rundir import read_metrics

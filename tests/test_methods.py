@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from recall_cli import data
 from recall_cli.cli import app
-from recall_cli.methods import active_methods, method_block
-from recall_cli.methods.keep import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
+from recall_cli.methods import active as active_methods, summary_block as method_block
+from recall_cli.methods.keep.term import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
 from recall_cli.model import build_model, load_checkpoint_model, load_tokenizer
 from recall_cli.optim import anneal_lambda, pull_weight
 from recall_cli.recipe import recipe_from_dict
@@ -32,7 +32,7 @@ from recall_cli.rundir import read_metrics
 from recall_cli.testing import tiny_bert
 from recall_cli.training import loop as train
 from recall_cli.training.loss import loss_step
-from recall_cli.training.methods import build_anchor
+from recall_cli.methods.keep.build import build_anchor
 from recall_cli.training.setup import load_task_data
 
 from conftest import (GLUE, StopAfter, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe,
@@ -554,7 +554,7 @@ def test_linear_probe_steps_past_an_epochs_run_is_refused(tiny_model_dir, tmp_pa
 def test_under_lp_ft_the_anchor_follows_recadams_pull_as_recadam_applies_it(tiny_model_dir, tmp_path):
     """keep.schedule=recall: "the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)".
     RecAdam anneals on each parameter's own step count, which for the encoder starts only after the head
-    phase; the anchor's schedule (training/methods.recall_schedule) reads the run's step. Under LP-FT the
+    phase; the anchor's schedule (methods/keep/build.recall_schedule) reads the run's step. Under LP-FT the
     two weights then differ at every step after the phase."""
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", probe=NO_PROBE,
                          keep={"embeddings": 2.0, "schedule": "recall"},

@@ -239,7 +239,7 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     before any model is built) counts exactly the parameters peft trains, not the whole model's."""
     from transformers import AutoModelForSequenceClassification
 
-    from recall_cli.methods import lora
+    from recall_cli.methods.lora import peft_lora as lora
 
     lengths, cpu = [16] * 8, torch.device("cpu")
     config = model.load_config(str(tiny_model_dir))

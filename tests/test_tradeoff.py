@@ -372,7 +372,9 @@ def test_several_folders_are_read_as_one_set(floor_sweep, tmp_path):
 def test_a_family_has_one_hue_in_every_figure():
     """Colours follow the family, not the position in a legend: RecAdam is blue whether or not a figure
     also holds floors (then its shades, lightest the weakest), vanilla is black, WiSE-FT pink."""
-    from recall_cli.report.families import HUES, family_colors, hue_family
+    from recall_cli.report.families import family_colors, hue_family, hues
+
+    HUES = hues()
 
     vanilla = {"optimizer.name": "adamw"}
     recadam = {"optimizer.name": "recadam", "optimizer.recall_floor": 0.0}

@@ -17,11 +17,11 @@ from .build import (ALIASES, INPUT_PATHS, apply_overrides, build_recipe, load_re
 from .checks import check_recipe
 from .file import read_yaml, shown
 from .schema import (REQUIRED_SECTIONS, SECTIONS, KeepConfig, LoraConfig, ModelConfig, OptimizerConfig, ProbeConfig,
-                     Recipe, TaskConfig, TrainConfig, all_keys, dump_recipe, flatten)
+                     Recipe, TaskConfig, TrainConfig, all_keys, all_sections, dump_recipe, flatten)
 
 __all__ = [
     "ALIASES", "INPUT_PATHS", "REQUIRED_SECTIONS", "SECTIONS", "KeepConfig", "LoraConfig", "ModelConfig",
-    "OptimizerConfig", "ProbeConfig", "Recipe", "TaskConfig", "TrainConfig", "all_keys", "apply_overrides",
+    "OptimizerConfig", "ProbeConfig", "Recipe", "TaskConfig", "TrainConfig", "all_keys", "all_sections", "apply_overrides",
     "build_recipe", "check_recipe", "dump_recipe", "flatten", "load_recipe", "parse_override", "read_yaml",
     "recipe_from_dict", "runnable", "schedule_warnings", "shown", "unused_keys",
 ]

@@ -20,7 +20,7 @@ import yaml
 from ..errors import RecipeError
 from .checks import check_recipe
 from .file import read_yaml, shown
-from .schema import REQUIRED_SECTIONS, SECTIONS, Recipe, all_keys
+from .schema import REQUIRED_SECTIONS, SECTIONS, Recipe, all_keys, all_sections
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -97,10 +97,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
 def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe | None, list[str]]:
     problems: list[str] = []
     sections: dict[str, Any] = {}
+    known = all_sections()  # recall's own, then the method plugins'
     for key in raw:
-        if key not in SECTIONS and key != "output_dir":
-            problems.append(_unknown(key, list(SECTIONS) + ["output_dir"]))
-    for name, cls in SECTIONS.items():
+        if key not in known and key != "output_dir":
+            problems.append(_unknown(key, list(known) + ["output_dir"]))
+    for name, cls in known.items():
         value = raw.get(name)
         if value is None:
             if name in REQUIRED_SECTIONS:
@@ -118,7 +119,8 @@ def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe 
 
     if problems or any(v is None for v in sections.values()):
         return None, problems
-    recipe = Recipe(output_dir=output_dir, **sections)
+    plugins = {name: sections.pop(name) for name in list(sections) if name not in SECTIONS}
+    recipe = Recipe(output_dir=output_dir, plugins=plugins, **sections)
     problems += check_recipe(recipe, check_files=check_files)
     return (None if problems else recipe), problems
 

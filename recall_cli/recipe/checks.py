@@ -1,13 +1,13 @@
 """A recipe's checks across fields: every problem of a built recipe, each one line naming the key and
-the fix, reported at once (build.build_recipe calls check_recipe). The method keys' own checks live with
-the methods (methods.check_methods)."""
+the fix, reported at once (build.build_recipe calls check_recipe). Each method's keys are checked in its
+own room (methods/registry.py's check loops over them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..methods import check_methods
+from ..methods.registry import check as check_methods
 from ..names import GLUE_TASK_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 if TYPE_CHECKING:

@@ -153,9 +153,29 @@ class Recipe:
     # Runs written before the embedding anchor existed have no keep section: it is off.
     keep: KeepConfig = field(default_factory=KeepConfig)
     output_dir: str = "runs/run"
+    # The sections of method plugins (methods/registry.py), by section name: written in a recipe and in
+    # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
+    plugins: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = {f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
+               else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
+        out.update({name: dataclasses.asdict(section) for name, section in self.plugins.items()})
+        out["output_dir"] = self.output_dir
+        return out
+
+    def flat(self) -> dict[str, Any]:
+        """Every key as a dotted name -> its value: what methods, sweeps and reports read."""
+        return flatten(self.to_dict())
+
+    def get(self, key: str) -> Any:
+        """One dotted key's value ("keep.embeddings"); KeyError for a key the recipe does not have."""
+        return self.flat()[key]
+
+    def flat_section(self, name: str) -> dict[str, Any]:
+        """One section's keys without its prefix: {"weight": 1.0, ...}."""
+        prefix = name + "."
+        return {k[len(prefix):]: v for k, v in self.flat().items() if k.startswith(prefix)}
 
     def anneal_t0_steps(self, total_steps: int) -> float:
         """anneal_t0 in optimizer steps: a value below 1 is a fraction of the run."""
@@ -182,7 +202,14 @@ def all_keys() -> list[str]:
                 for key in (of(f"{prefix}.{f.name}", hints[f.name]) if dataclasses.is_dataclass(hints[f.name])
                             else [f"{prefix}.{f.name}"])]
 
-    return ["output_dir"] + [key for section, cls in SECTIONS.items() for key in of(section, cls)]
+    return ["output_dir"] + [key for section, cls in all_sections().items() for key in of(section, cls)]
+
+
+def all_sections() -> dict[str, type]:
+    """recall's sections, then the method plugins' (methods/registry.py), name -> dataclass."""
+    from ..methods.registry import sections
+
+    return {**SECTIONS, **sections()}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -10,7 +10,7 @@ One room per job, arrows pointing down (each module imports only those below it)
     probe_tables.py  probe records: per-run rows, `recall probe`'s table, trade-off points
     families.py      what a figure calls a setting ("WiSE-FT α=0.75"), families of settings (floor, α, τ)
     tradeoff.py      `recall tradeoff --within`: the setting that keeps the most skill near the best score
-    plots.py         the forgetting figure (matplotlib, Agg), the legends the figures share (colours: families.HUES)
+    plots.py         the forgetting figure (matplotlib, Agg), the legends the figures share (colours: families.hues())
     probe_plots.py   the probe and trade-off figures
 
 This module re-exports what the CLI and scripts use, so ``from recall_cli import report`` then

@@ -11,6 +11,7 @@ weakest to the strongest:
     wise   WiSE-FT's α, the fine-tuned model's weight in a linear merge with θ*; the fine-tuned runs
            themselves are α = 1 (a merge with weights 0, 1 is the run), so the line ends at them
     tau    RECALL's temperature τ (record.temperature)
+    and a method's own line where its registry entry has one (methods/registry.py's Family.line_title):
     keep   the embedding anchor's weight (keep.embeddings; the runs without it, weight 0, are the weakest)
 
 Pure functions of the settings: no figure, no file.
@@ -23,23 +24,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..merge.methods import METHODS as MERGE_METHODS
+from ..methods.registry import methods
 from ..names import INIT_TITLES, is_vanilla
 from .labels import METHOD_NAMES, _fmt_setting, group_label
 from .runs import LABEL_NAMES
 
-FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ", "keep": "embedding anchor"}
+# The families that are not a method's (a method's line comes from its registry entry: family_titles()).
+FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ"}
 # Each family's line in the trade-off figures. Solid, dash-dot, dotted: the dashed line is the one-class score.
-FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":", "embedding anchor": "--"}
+FAMILY_STYLES = {"RecAdam floor": "-", "WiSE-FT α": "-.", "RECALL τ": ":"}
 # recall merge's defaults (merge/recall.py): a legend names τ and γ only where they are not these, or vary.
 RECALL_DEFAULTS = {"record.temperature": 0.05, "record.gamma_rule": "hidden"}
 # Keys a name spells in words; any other grouping key is appended as key=value, as group_label does.
+# (the methods' switches too: method_keys())
 NAMED_KEYS = ("optimizer.name", "model.init", "optimizer.recall_floor", "record.merge", "record.with",
-              "record.weights", "record.temperature", "record.gamma_rule", "keep.embeddings",
-              "train.linear_probe_steps", "model.lora.r")
-# The methods' keys (names.METHODS) a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8".
-METHOD_KEYS = ("keep.embeddings", "train.linear_probe_steps", "model.lora.r")
+              "record.weights", "record.temperature", "record.gamma_rule")
 # Legend order: the baseline, the trained methods, the merges with θ*, the merges of several runs.
 RANK = {"vanilla": 0, "trained": 1, "wise": 2, "recall": 3, "merge": 4}
+
+
+def method_keys() -> tuple[str, ...]:
+    """The methods' switches a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8"."""
+    return tuple(m.switch for m in methods())
+
+
+def family_titles() -> dict[str, str]:
+    return {**FAMILY_TITLES, **{m.name: m.family.line_title for m in methods() if m.family and m.family.line_title}}
+
+
+def family_styles() -> dict[str, str]:
+    return {**FAMILY_STYLES, **{m.family.line_title: m.family.line_style for m in methods()
+                                if m.family and m.family.line_title}}
 
 
 @dataclass(frozen=True)
@@ -75,24 +90,32 @@ def describe(settings: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Desc
 
 
 # One hue per family, the same in every figure (Okabe-Ito, colour-blind safe): a family's settings are
-# shades of it, lightest the weakest. Methods combined with RecAdam take the method's hue.
-HUES = {"vanilla": "#000000", "recadam": "#0072B2", "keep": "#E69F00", "lpft": "#56B4E9", "lora": "#D55E00",
-        "wise": "#CC79A7", "wise_lpft": "#882255", "recall": "#009E73", "merge": "#999933"}
+# shades of it, lightest the weakest. Methods combined with RecAdam take the method's hue (its registry
+# entry's Family: hues()).
+HUES = {"vanilla": "#000000", "recadam": "#0072B2", "wise": "#CC79A7", "recall": "#009E73", "merge": "#999933"}
+
+
+def hues() -> dict[str, str]:
+    out = dict(HUES)
+    for m in methods():
+        if m.family:
+            out[m.family.hue_id] = m.family.hue
+            if m.family.wise_hue:
+                out[f"wise_{m.family.hue_id}"] = m.family.wise_hue
+    return out
 
 
 def hue_family(full: dict[str, Any]) -> str:
-    """The key of HUES a setting is drawn in, from one member run's whole recipe as dotted keys."""
+    """The key of hues() a setting is drawn in, from one member run's whole recipe as dotted keys."""
+    on = sorted((m for m in methods() if m.family and m.strength(full)), key=lambda m: m.family.hue_rank)
     merge = full.get("record.merge")
     if merge is not None:
         if wise_alpha(full) is not None:  # after LP-FT: a line of its own beside WiSE-FT after vanilla
-            return "wise_lpft" if full.get("train.linear_probe_steps") else "wise"
+            after = next((m for m in methods() if m.family and m.family.wise_hue and m.strength(full)), None)
+            return f"wise_{after.family.hue_id}" if after else "wise"
         return "recall" if merge == "recall" and full.get("record.with") == ["pretrained"] else "merge"
-    if full.get("keep.embeddings"):
-        return "keep"
-    if full.get("model.lora.r"):
-        return "lora"
-    if full.get("train.linear_probe_steps"):
-        return "lpft"
+    if on:
+        return on[0].family.hue_id
     return "vanilla" if is_vanilla(full.get("optimizer.name")) else "recadam"
 
 
@@ -115,7 +138,8 @@ def family_colors(items: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
         members = groups.setdefault(hue_family(full), [])
         if label not in members:
             members.append(label)
-    return {label: color for key, labels in groups.items() for label, color in zip(labels, shades(HUES[key], len(labels)))}
+    palette = hues()
+    return {label: color for key, labels in groups.items() for label, color in zip(labels, shades(palette[key], len(labels)))}
 
 
 def wise_alpha(full: dict[str, Any]) -> float | None:
@@ -139,8 +163,9 @@ def _describe(shown: dict[str, Any], full: dict[str, Any], varying: set[str]):
     """(name, kind, strength, families, the family it is ranked with or None)."""
     merge = full.get("record.merge")
     trained, kind = _trained_name(shown, full)
+    named = set(NAMED_KEYS) | set(method_keys())
     extras = [f"{LABEL_NAMES.get(k, k)}={_fmt_setting(v)}" for k, v in shown.items()
-              if k not in NAMED_KEYS and v is not None]
+              if k not in named and v is not None]
     source = {k: v for k, v in shown.items() if not k.startswith("record.")}  # what was trained
     families: list[tuple[str, float]] = []
     primary = None
@@ -149,10 +174,11 @@ def _describe(shown: dict[str, Any], full: dict[str, Any], varying: set[str]):
         if kind == "trained" and "optimizer.recall_floor" in shown:
             primary = _family("floor", shown, "optimizer.recall_floor")
             families.append((primary, strength))
-        if "keep.embeddings" in shown:
-            keep = _family("keep", shown, "keep.embeddings")
-            families.append((keep, float(full.get("keep.embeddings") or 0.0)))
-            primary = primary or keep
+        for method in methods():  # a method's strength line (the embedding anchor's weight)
+            if method.family and method.family.line_title and method.switch in shown:
+                line = _family(method.name, shown, method.switch)
+                families.append((line, float(full.get(method.switch) or 0.0)))
+                primary = primary or line
         families.append((_family("wise", source), 1.0))  # α = 1 of the WiSE-FT line made from these runs
     else:
         name, kind, strength = _merge_name(shown, full, varying)
@@ -181,26 +207,16 @@ def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str
     if floor:
         name += f" floor {floor:g}"
     # A sweep of one other key (k, t0) keeps its curves' names as group_label spells them: k=0.1.
-    if not {"optimizer.name", "model.init", "optimizer.recall_floor", *METHOD_KEYS} & set(shown) \
+    if not {"optimizer.name", "model.init", "optimizer.recall_floor", *method_keys()} & set(shown) \
             and full.get("record.merge") is None:
         return "", "trained"
     return " + ".join([name, *methods]), "trained"
 
 
 def _method_words(full: dict[str, Any]) -> list[str]:
-    """The methods a run turned on, as names.METHODS' labels with their strength (runs made before the
-    methods existed have none of these keys: no words)."""
-    words = []
-    keep = full.get("keep.embeddings") or 0
-    if keep:
-        words.append(f"embedding anchor {keep:g}")
-    steps = full.get("train.linear_probe_steps") or 0
-    if steps:
-        words.append(f"LP-FT {steps}")
-    rank = full.get("model.lora.r") or 0
-    if rank:
-        words.append(f"LoRA r={rank}")
-    return words
+    """The methods a run turned on, in their registry entries' words with their strength (runs made
+    before the methods existed have none of their keys: no words)."""
+    return [m.words(m.strength(full)) for m in methods() if m.strength(full)]
 
 
 def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) -> tuple[str, str, float]:
@@ -240,4 +256,4 @@ def _family(kind: str, shown: dict[str, Any], strength_key: str | None = None) -
 
 
 def family_title(family: str) -> str:
-    return FAMILY_TITLES[json.loads(family)[0]]
+    return family_titles()[json.loads(family)[0]]

@@ -15,7 +15,7 @@ from ..errors import ReportError
 from ..names import MEASURE_TITLES, METRIC_TITLES, TASKS
 from .comparison import TASK_TITLES
 from .curves import CurveGroup
-from .families import FAMILY_STYLES, family_colors, family_title
+from .families import family_colors, family_styles, family_title
 from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, save_figure
 from .probe_tables import SKILL_TITLES, final_layers, skill_field
 from .runs import Run
@@ -135,7 +135,7 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
         for family, line in family_lines(members).items():
             kind = family_title(family)
             strengths.setdefault(kind, set()).update(strength for strength, _, _ in line)
-            ax.plot([mx * sx for _, mx, _ in line], [my * sy for _, _, my in line], FAMILY_STYLES.get(kind, "-"),
+            ax.plot([mx * sx for _, mx, _ in line], [my * sy for _, _, my in line], family_styles().get(kind, "-"),
                     color="0.35", linewidth=1.3, zorder=1)
         for s, _ in members:
             color = colors[s["label"]]
@@ -159,10 +159,10 @@ def tradeoff_figure(settings: list[dict], x: str, y: str, out: Path, dpi: int = 
         ax.set_ylabel(axis_title(y))
         ax.grid(alpha=0.3)
     entries = [(handles[label], name_of[label]) for label in labels if label in handles]
-    order = list(FAMILY_STYLES)  # a family without a style of its own sorts last
+    order = list(family_styles())  # a family without a style of its own sorts last
     for kind, values in sorted(strengths.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)):
         ends = f"{min(values):g} → {max(values):g}" + (" (1: the fine-tuned runs)" if kind == "WiSE-FT α" else "")
-        entries.append((Line2D([], [], linestyle=FAMILY_STYLES.get(kind, "-"), color="0.35", linewidth=1.3),
+        entries.append((Line2D([], [], linestyle=family_styles().get(kind, "-"), color="0.35", linewidth=1.3),
                         f"{kind} {ends}"))
     entries += [(extra[key], extra[key].get_label()) for key in ("chance", "band", "ring") if key in extra]
     fig.legend([h for h, _ in entries], [t for _, t in entries], loc="outside lower center",

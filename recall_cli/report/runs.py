@@ -73,7 +73,7 @@ def recipe_defaults() -> dict[str, Any]:
         import dataclasses
         import typing
 
-        from ..recipe import SECTIONS, Recipe
+        from ..recipe import Recipe, all_sections
 
         def walk(prefix: str, cls: type) -> dict[str, Any]:
             hints, out = typing.get_type_hints(cls), {}
@@ -88,7 +88,7 @@ def recipe_defaults() -> dict[str, Any]:
             return out
 
         _DEFAULTS = {"output_dir": Recipe.__dataclass_fields__["output_dir"].default}
-        for section, cls in SECTIONS.items():
+        for section, cls in all_sections().items():
             _DEFAULTS.update(walk(section + ".", cls))
     return _DEFAULTS
 

@@ -136,10 +136,8 @@ def save_checkpoint(
         tokenizer.save_pretrained(staging)
         if card is not None:
             write_card(staging, card, previous=dest if dest.is_dir() else None)
-        if adapter is not None:  # LoRA: the adapters in peft's own format, beside the merged weights
-            from ..methods.lora import save_adapter
-
-            save_adapter(adapter, staging)
+        if adapter is not None:  # an adapter's own files (LoRA's in peft's format), beside the merged weights
+            adapter.save(staging)
         if trainer_state is not None:
             _save(
                 {"optimizer": optimizer.state_dict() if optimizer else None, "scaler": scaler.state_dict() if scaler else None},

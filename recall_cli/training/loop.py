@@ -23,7 +23,7 @@ from .. import __version__, card, data, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from ..evaluate import score
-from ..methods import active_methods, lora, lpft, method_block, method_labels
+from ..methods import registry
 from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star
 from ..probes.runner import record_at
@@ -126,20 +126,22 @@ def optimizer_step(t: Training) -> torch.Tensor:
 
 
 def current_distance(t: Training) -> float:
-    """||theta - theta*|| now: over RecAdam's (or adamw's) pairs, or the adapters' merged update under LoRA."""
+    """||theta - theta*|| now: over RecAdam's (or adamw's) pairs, or the adapter's merged update."""
     if t.adapter is not None:
-        return lora.update_norm(t.model)
+        return t.adapter.update_norm()
     return distance_to_theta_star(*zip(*t.pairs)) if t.pairs else 0.0
 
 
 def save_weights(t: Training, name: str, *state, card: str) -> Path:
-    """best/, last/ or lp/: plain `from_pretrained` weights (LoRA's merged in, its adapter/ beside them)."""
-    model = t.model if t.adapter is None else lora.merged_copy(t.adapter)
+    """best/, last/ or lp/: plain `from_pretrained` weights (an adapter's merged in, its own files beside them)."""
+    model = t.model if t.adapter is None else t.adapter.merged_copy()
     return checkpoint.save_checkpoint(t.run_dir, name, model, t.tokenizer, *state, card=card, adapter=t.adapter)
 
 
 def set_lr(t: Training, step: int) -> float:
-    peak = t.recipe.train.linear_probe_lr if t.head_only and t.recipe.train.linear_probe_lr else t.recipe.optimizer.lr
+    peak = t.recipe.optimizer.lr
+    for run in t.method_runs:  # LP-FT's head phase has a peak of its own
+        peak = run.peak_lr(peak)
     lr = peak * linear_warmup_decay(step, t.recipe.train.warmup_steps, t.total_steps)
     for group in t.optimizer.param_groups:
         group["lr"] = lr
@@ -277,25 +279,29 @@ class _Loop:
             self.probe(step)
         if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
             save_weights(t, "best", card=self.card("best", step))
-        if t.head_only and step >= tc.linear_probe_steps:
-            self.end_probe_phase(step)
+        for run in t.method_runs:  # phase ends (LP-FT's lp/), after this step's best/
+            run.after_step(self, step)
         if save_now:
             self.save_last(step)
         self.reporter.step(step)
 
-    def end_probe_phase(self, step: int) -> None:
-        """LP-FT: the head is fitted; keep this point as lp/ and let the encoder train from the next step.
-        DDP's reducer and a compiled forward were built for the frozen model: both are made again."""
+    # ---- what a method's after_step may ask of the loop (methods/registry.py's MethodRun) ----------
+
+    def save(self, folder: str, step: int) -> None:
+        """A checkpoint folder of the run's weights now, with its card (rank 0 writes it)."""
+        if self.t.ctx.is_main:
+            save_weights(self.t, folder, card=self.card(folder, step))
+
+    def rewrap(self) -> None:
+        """DDP's reducer and a compiled forward are built for the parameters that train: after a method
+        changes which do (LP-FT's unfreezing), both are made again."""
         t = self.t
-        if t.ctx.is_main:
-            save_weights(t, rundir.LP_DIR, card=self.card(rundir.LP_DIR, step))
-        lpft.unfreeze_encoder(t.model)
-        t.head_only = False
         t.ddp_model = t.ctx.wrap(t.model, t.device)
         mode = t.compile_record.mode  # None: eager from the start, or fallen back
         t.forward = compiled.compile_model(t.ddp_model, t.device, mode, lengths=len(t.bucket_lengths)) if mode else t.ddp_model
-        self.reporter.note(f"LP-FT: the head is fitted after {step} steps (saved as {rundir.LP_DIR}/); "
-                           "fine-tuning every weight from here")
+
+    def note(self, text: str) -> None:
+        self.reporter.note(text)
 
     def read_pending(self) -> None:
         """Adds the device's sums to the window (waiting for the queued steps: training time)."""
@@ -438,7 +444,7 @@ def start_info(t: Training) -> dict[str, Any]:
             "train_examples": len(t.task.train),
             **({"anneal_t0": t.recipe.anneal_t0_steps(t.total_steps)} if anchored else {}),
             **({"recall_floor": floor} if floor > 0 else {}),
-            **({"methods": "; ".join(method_labels(t.recipe))} if active_methods(t.recipe) else {}),
+            **({"methods": "; ".join(registry.labels(t.recipe))} if registry.active(t.recipe) else {}),
             **t.method_info,
             **({"unused": ", ".join(t.unused) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
                if t.unused else {}),
@@ -479,5 +485,5 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,
-        method=method_block(recipe, **t.method_info),
+        method=registry.summary_block(recipe, **t.method_info),
     )

@@ -1,10 +1,5 @@
-"""The recipe's methods (names.METHODS) made into what the loop runs: loss terms, the LP-FT phase.
-
-The embedding anchor's cache of theta*'s embeddings is built here, before step 1, from theta* itself:
-on a new run that is the model as loaded (its encoder is theta*, and the head is not read); on a
-resumed run a copy of the model with theta* (anchor.safetensors) loaded back, so that the cache is
-rebuilt bit for bit rather than saved (an SST-2 cache is 103 MB; rebuilding it takes a forward pass).
-"""
+"""The registry's methods in one run: what set-up hands each method (RunView), what --dry-run says of
+them and of the run directory's size. Names no method: every line here loops over the registry."""
 
 from __future__ import annotations
 
@@ -14,94 +9,48 @@ from typing import Any
 import torch
 
 from .. import data
-
-from ..methods.keep import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embed_examples, theta_star_copy
-from ..optim import anneal_lambda, pull_weight
+from ..methods import registry
+from ..methods.registry import MethodRun
 from ..recipe import Recipe
 
 
-def recall_schedule(recipe: Recipe, total_steps: int):
-    """RecAdam's pull weight at a step, max(anneal_w - lambda(t), recall_floor), from the recipe's
-    anneal keys whatever the optimizer (keep.schedule=recall). Under LP-FT the schedule starts with the
-    fine-tuning phase, as RecAdam's does: it anneals on each weight's own step count, and the encoder's
-    first step is the run's step linear_probe_steps + 1."""
-    o = recipe.optimizer
-    t0 = recipe.anneal_t0_steps(total_steps)
-    shift = recipe.train.linear_probe_steps
-    return lambda step: pull_weight(o.anneal_w, anneal_lambda(o.anneal_fun, max(0, step - shift), o.anneal_k, t0,
-                                                              o.anneal_w), o.recall_floor)
-
-
 @dataclass
-class AnchorPlan:
-    cached: bool  # theta*'s embeddings in memory; False: a frozen theta* runs beside the student
-    bytes: int  # what the cache takes (or would take)
-    line: str  # said at the start and in --dry-run
+class RunView:
+    """What a method's ``start`` may read of the run being set up (before the run directory is written)."""
+
+    recipe: Recipe
+    model: torch.nn.Module  # holds theta* on a new run (before step 1)
+    theta_star: dict[str, torch.Tensor]  # by the model's own parameter names (an adapter's, under one)
+    train: data.Features
+    total_steps: int
+    device: torch.device
+    autocast: Any
+    pad_id: int
+    eval_batch: int
+    fresh: bool  # a new run: ``model`` still holds theta*; else it holds last/'s weights
+    reporter: Any
 
 
-def plan_anchor(recipe: Recipe, examples: int, hidden_size: int) -> AnchorPlan:
-    size = cache_bytes(examples, hidden_size)
-    if size <= CACHE_LIMIT_BYTES:
-        return AnchorPlan(True, size, f"theta*'s embeddings of the {examples} training examples cached "
-                                      f"({size / 2**20:.1f} MiB; limit {CACHE_LIMIT_BYTES / 2**30:g} GiB)")
-    return AnchorPlan(False, size, f"a frozen theta* runs beside the student on each batch: caching its embeddings "
-                                   f"would take {size / 2**30:.2f} GiB, over the {CACHE_LIMIT_BYTES / 2**30:g} GiB limit")
-
-
-def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, torch.Tensor], features: data.Features,
-                 *, total_steps: int, device: torch.device, autocast, pad_id: int, batch_size: int,
-                 fresh: bool) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
-    """(the anchor term, its plan, the pre-pass seconds). ``fresh``: ``model`` still holds theta*
-    (a new run, before step 1); else a copy with theta* loaded back computes theta*'s embeddings."""
-    import time
-
-    k = recipe.keep
-    plan = plan_anchor(recipe, len(features), model.config.hidden_size)
-    schedule = recall_schedule(recipe, total_steps) if k.schedule == "recall" else None
-    if not plan.cached:
-        return EmbeddingAnchor(k.embeddings, pooling=k.pooling, distance=k.distance, theta_star=theta_star_copy(model, theta_star),
-                               schedule=schedule), plan, 0.0
-    task = recipe.task
-    source = model if fresh else theta_star_copy(model, theta_star)
-
-    def batches():
-        for start in range(0, len(features), batch_size):
-            indices = list(range(start, min(start + batch_size, len(features))))
-            batch = data.collate(features, indices, pad_id, task.pad_to_multiple_of, task.max_seq_length)
-            batch.pop("labels", None)
-            yield indices, {key: value.to(device) for key, value in batch.items()}
-
-    started = time.perf_counter()
-    cache = embed_examples(source, batches(), pooling=k.pooling, autocast=autocast).to(device)
-    seconds = time.perf_counter() - started
-    del source
-    return EmbeddingAnchor(k.embeddings, pooling=k.pooling, distance=k.distance, cache=cache,
-                           schedule=schedule), plan, seconds
+def start_methods(view: RunView) -> list[MethodRun]:
+    """Each method the recipe turns on, started for this run (in registry order)."""
+    return [run for run in (m.start(view) for m in registry.active(view.recipe)) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:
     """What --dry-run says of the methods (and of keys this run does not read), from the run's own
-    set-up: the anchor's cache and its bound, LoRA's trainable parameters as peft counts them."""
-    from ..methods import active_methods, method_labels
-
+    set-up: each method's own lines (the anchor's cache and its bound, an adapter's trainable count)."""
     recipe, lines = prepared.recipe, {}
-    if active_methods(recipe):
-        lines["methods"] = "; ".join(method_labels(recipe))
+    on = registry.active(recipe)
+    if on:
+        lines["methods"] = "; ".join(registry.labels(recipe))
     unused = prepared.unused
     if unused:
         lines["unused"] = f"{', '.join(unused)} (only RecAdam reads them; this run is {recipe.optimizer.name})"
-    built = prepared.built
-    if built is None:
+    if prepared.built is None:
         return lines
     lines["disk"] = disk_line(prepared)
-    if recipe.keep.embeddings > 0:
-        lines["anchor"] = plan_anchor(recipe, len(prepared.task.train), built.model.config.hidden_size).line
-    if prepared.adapter is not None:
-        trainable, total = prepared.adapter.get_nb_trainable_parameters()
-        frozen = total - trainable
-        # Full fine-tuning keeps a gradient and Adam's two moments (fp32) for every parameter.
-        lines["lora"] = (f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
-                         f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning")
+    for method in on:
+        lines.update(method.dry_run_lines(prepared))
     return lines
 
 
@@ -111,10 +60,11 @@ def disk_line(prepared: Any) -> str:
     recipe, model = prepared.recipe, prepared.built.model
     weights = sum(p.numel() for p in model.parameters()) * 4
     if prepared.adapter is not None:  # saved merged: the base model's size, plus the small adapter
-        weights = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n and "original_module" not in n) * 4
+        markers = prepared.adapter.extra_markers
+        weights = sum(p.numel() for n, p in model.named_parameters() if not any(m in n for m in markers)) * 4
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     theta_star = sum(t.numel() for t in (prepared.built.theta_star or {}).values()) * 4
-    folders = 2 + (recipe.train.linear_probe_steps > 0)  # best/, last/, lp/
+    folders = 2 + len(checkpoint_folders(recipe))  # best/, last/, and the methods' (LP-FT's lp/)
     final = folders * weights
     everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)
     mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
@@ -123,3 +73,7 @@ def disk_line(prepared: Any) -> str:
     if recipe.train.save == "all":
         return f"~{mib(everything)} at the end, all kept (train.save=all: {parts}); train.save=final keeps ~{mib(final)}"
     return f"~{mib(everything)} while it trains ({parts}); train.save=final keeps ~{mib(final)} at the end"
+
+
+def checkpoint_folders(recipe: Recipe) -> list[str]:
+    return [folder for m in registry.active(recipe) for folder in m.checkpoint_folders(recipe)]

@@ -28,6 +28,7 @@ from ..errors import PreflightError
 
 from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
+from ..methods import registry
 from ..recipe import Recipe
 
 Status = Literal["ok", "warn", "fail"]
@@ -188,11 +189,10 @@ def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resum
 # ---- memory --------------------------------------------------------------------------------------
 
 
-def parameter_counts(config, num_labels: int, lora=None) -> tuple[int, int, int]:
+def parameter_counts(config, num_labels: int, recipe: Recipe | None = None) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of the classifier, counted on the meta
-    device: no memory. Under LoRA (``lora.r`` > 0) the trained ones are the adapters, r x (in + out)
-    on each targeted linear layer (peft's "all-linear" without the head's, or the named ones), and the
-    head, which trains in full: what peft's get_nb_trainable_parameters counts."""
+    device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
+    (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
     from transformers import AutoModelForSequenceClassification
 
     from ..model import head_parameter_names, quiet_transformers
@@ -205,14 +205,10 @@ def parameter_counts(config, num_labels: int, lora=None) -> tuple[int, int, int]
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
     head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
-    if lora is None or lora.r <= 0:
+    adapter = registry.active_adapter(recipe) if recipe is not None else None
+    if adapter is None:
         return total, head_count, total
-    head_modules = {name.rsplit(".", 1)[0] for name in head}
-    named = {m.strip() for m in lora.target_modules or []}
-    adapters = sum(lora.r * (m.in_features + m.out_features) for name, m in model.named_modules()
-                   if isinstance(m, torch.nn.Linear) and name not in head_modules
-                   and (not named or name.rsplit(".", 1)[-1] in named))
-    return total, head_count, adapters + head_count
+    return total, head_count, adapter.trained_parameters(model, head, recipe)
 
 
 def activation_bytes(config, batch: int, length: int, precision: str) -> int:
@@ -232,12 +228,12 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
 def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
                     world_size: int, lengths: list[int] | None) -> MemoryEstimate:
     tc = recipe.train
-    total, head, trained = parameter_counts(config, num_labels, recipe.model.lora)
+    total, head, trained = parameter_counts(config, num_labels, recipe)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
-    lora = recipe.model.lora.r > 0
+    lora = registry.active_adapter(recipe) is not None
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
-    # Under LoRA peft adds the adapters and a trainable copy of the head (modules_to_save) beside the frozen
-    # model, and theta* is only the probes' fp32 copy in host memory (no pull, no copy on the device).
+    # Under an adapter (LoRA) peft adds the adapters and a trainable copy of the head (modules_to_save) beside
+    # the frozen model, and theta* is only the probes' fp32 copy in host memory (no pull, no copy on the device).
     theta_star = 0 if lora and device.type != "cpu" else (4 if lora else anchor_bytes) * (total - head)
     parts = {
         "weights": 4 * (total + (trained if lora else 0)),  # fp32 master weights; autocast casts per op
@@ -304,7 +300,8 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
             found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
             break
         factor *= 2
-    if recipe.model.anchor_dtype == "float32" and recipe.model.lora.r == 0 and fits(model={"anchor_dtype": "bfloat16"}):
+    if (recipe.model.anchor_dtype == "float32" and registry.active_adapter(recipe) is None
+            and fits(model={"anchor_dtype": "bfloat16"})):
         found.append("model.anchor_dtype=bfloat16")
     length = recipe.task.max_seq_length // 2
     while length >= 16:

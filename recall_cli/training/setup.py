@@ -26,7 +26,9 @@ from .. import data, rundir, trackers
 from ..data import BatchOrder
 from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
-from ..methods import lpft
+from ..methods import registry
+from ..methods.adapter import Adapted
+from ..methods.registry import MethodRun
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
 from ..holdout import holdout_split
 from ..names import OPTIMIZERS, Task
@@ -35,9 +37,10 @@ from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
 from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
-from . import checkpoint, compiled, methods, preflight
+from . import checkpoint, compiled, preflight
 from .checkpoint import TrainerState
 from .loss import Term
+from .methods import RunView, start_methods
 from .progress import Reporter
 
 
@@ -122,7 +125,7 @@ class Prepared:
     task: TaskData
     total_steps: int
     built: BuiltModel | None  # None: a dry run whose checks failed stops before the model
-    adapter: Any = None  # LoRA: peft's model around built.model (which holds its adapters)
+    adapter: Adapted | None = None  # the recipe's adapter (LoRA) around built.model, which holds it
     checks: preflight.Preflight | None = None  # every check made, in the order --dry-run lists them
     start: Start | None = None
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
@@ -181,23 +184,21 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
-def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltModel, Any]:
-    """(the model with theta*, peft's model around it under LoRA or None). A resumed run's weights come
-    from last/; a LoRA run's last/ holds merged weights, so it starts from theta* again and loads its
-    adapters from last/adapter."""
-    lora_cfg = recipe.model.lora
-    if last is not None and lora_cfg.r == 0:
+def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltModel, Adapted | None]:
+    """(the model with theta*, the recipe's adapter around it or None). A resumed run's weights come
+    from last/; an adapter's last/ holds merged weights, so it starts from theta* again and loads its
+    adapter's own files from last/."""
+    adapter = registry.active_adapter(recipe)
+    if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
         return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), theta_star), None
     built = build_model(recipe.model, spec.num_labels, recipe.train.seed, spec.id2label)
-    if lora_cfg.r == 0:
+    if adapter is None:
         return built, None
-    from ..methods import lora
-
-    adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
+    adapted = adapter.wrap(built.model, recipe)
     if last is not None:
-        lora.load_adapter(adapter, last)
-    return BuiltModel(adapter.get_base_model(), built.theta_star), adapter
+        adapted.load(last)
+    return BuiltModel(adapted.base_model, built.theta_star), adapted
 
 
 class Start(Enum):
@@ -248,12 +249,11 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
-    if tc.linear_probe_steps >= total_steps:  # under train.epochs the recipe alone cannot know the run's steps
-        problem = PreflightError(f"train.linear_probe_steps: {tc.linear_probe_steps} head-only steps leave none of "
-                                 f"the run's {total_steps} to fine-tune (set it below {total_steps})")
+    for message in (p for m in registry.active(recipe) for p in m.check_steps(recipe, total_steps)):
+        problem = PreflightError(message)  # under train.epochs the recipe alone cannot know the run's steps
         if not dry_run:
             raise problem
-        report.add("linear_probe_steps", "fail", str(problem), problem)
+        report.add(message.split(":", 1)[0].rsplit(".", 1)[-1], "fail", message, problem)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
@@ -317,9 +317,9 @@ class Training:
     eval_batch: int  # per process, like batch_size
     resumed: bool  # continues from last/ (no step-0 probe)
     terms: list[Term] = field(default_factory=list)  # the methods' loss terms (training/loss.py)
-    head_only: bool = False  # LP-FT's head phase: the encoder is frozen until train.linear_probe_steps
+    method_runs: list[MethodRun] = field(default_factory=list)  # each method on: its hooks in this run
     method_info: dict[str, str] = field(default_factory=dict)  # the start line's words on the methods
-    adapter: Any = None  # LoRA: peft's model around `model`, for saving the adapters and merging them
+    adapter: Adapted | None = None  # the recipe's adapter around `model`: merged into and saved beside checkpoints
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
     part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
 
@@ -334,10 +334,8 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     model.train()
     optimizer = build_optimizer(model, theta_star, recipe, p.total_steps)
     pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
-    if p.adapter is not None:  # LoRA: theta* by the adapted layers' names; the distance is the adapters' update
-        from ..methods import lora
-
-        functional, pairs = lora.theta_star_names(model, theta_star), []
+    if p.adapter is not None:  # theta* by the adapted layers' names; the distance is the adapter's update
+        functional, pairs = p.adapter.theta_star_names(theta_star), []
     else:
         functional = theta_star  # what makes `model` compute theta*'s function (for the probes and the anchor)
         if not pairs:  # adamw: keep theta* only to measure forgetting
@@ -351,15 +349,17 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
               if recipe.probe.enabled and ctx.is_main else None)
     for note in prober.notes if prober else ():
         reporter.warn(note)
-    terms, method_info = _build_terms(p, model, functional, pad_id, reporter)
+    # The methods' terms and hooks, before the run directory is written (the anchor's pre-pass is the
+    # slow part: a stop during it leaves nothing behind).
+    runs = start_methods(RunView(recipe, model, functional, p.task.train, p.total_steps, device,
+                                 autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
+                                 p.saved is None, reporter))
     params = [q for q in model.parameters() if q.requires_grad]
 
     state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)
     del theta_star  # RecAdam (or `pairs`) holds the copy it needs
-    # LP-FT: frozen before DDP and torch.compile see the model (the loop unfreezes it after the phase).
-    head_only = lpft.in_probe_phase(state.step, tc.linear_probe_steps)
-    if head_only:
-        lpft.freeze_encoder(model)
+    for run in runs:  # LP-FT freezes the encoder here, before DDP and torch.compile see the model
+        run.before_wrap(model, state.step)
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     task_cfg = recipe.task
     buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
@@ -379,24 +379,9 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
-        terms=terms, head_only=head_only, method_info=method_info, adapter=p.adapter, unused=p.unused,
+        terms=[term for run in runs for term in run.terms], method_runs=runs,
+        method_info={k: v for run in runs for k, v in run.info.items()}, adapter=p.adapter, unused=p.unused,
     )
-
-
-def _build_terms(p: Prepared, model, theta_star, pad_id: int, reporter: Reporter) -> tuple[list[Term], dict[str, str]]:
-    """The methods' loss terms, built before the run directory is written (the anchor's pre-pass is the
-    slow part: a stop during it leaves nothing behind)."""
-    recipe = p.recipe
-    if recipe.keep.embeddings <= 0:
-        return [], {}
-    tc = recipe.train
-    reporter.note("embedding anchor: computing theta*'s embeddings of the training examples…")
-    anchor, plan, seconds = methods.build_anchor(
-        recipe, model, theta_star, p.task.train, total_steps=p.total_steps, device=p.device,
-        autocast=autocast_for(p.precision, p.device), pad_id=pad_id,
-        batch_size=tc.eval_batch_size or 2 * tc.batch_size, fresh=p.saved is None)
-    info = {"anchor": plan.line + (f", pre-pass {seconds:.1f} s" if plan.cached else "")}
-    return [anchor], info
 
 
 def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundir.NewRunDir) -> TrainerState:

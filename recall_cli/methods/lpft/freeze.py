@@ -1,9 +1,4 @@
-"""LP-FT (Kumar et al. 2022, arXiv 2202.10054): train the head alone first, then fine-tune everything.
-
-A fresh head on a pretrained encoder sends large, random gradients into the encoder in the first steps,
-and these distort the pretrained features. Fitting the head first (a linear probe, encoder frozen) and
-fine-tuning from there changes the features less. The run keeps the probed point as lp/, so that
-WiSE-FT has a real alpha = 0 end: `recall merge --method linear lp/ best/`.
+"""LP-FT's freezing: the encoder stops training while the head is fitted.
 
 Freezing sets ``requires_grad`` off: the encoder's parameters then get no gradient, and the optimizer
 skips a parameter without one entirely (no update, no weight decay, no pull), so the encoder stays
@@ -14,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import head_parameter_names
+from ...model import head_parameter_names
 
 
 def encoder_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

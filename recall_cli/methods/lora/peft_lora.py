@@ -1,5 +1,5 @@
-"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft: theta* stays frozen, low-rank adapters learn the
-update, the classification head trains in full.
+"""LoRA through peft: the wrapping, counting, merging, saving and loading (methods/lora/__init__.py
+declares the method and its keys).
 
 "LoRA learns less and forgets less" (Biderman et al. 2024, arXiv 2405.09673), on the same trade-off curve
 as full fine-tuning; it is what most users pick for adapters, so recall measures it with the same probes.
@@ -8,7 +8,7 @@ The run trains peft's model; what it saves stays plain: best/, last/ and lp/ are
 with the adapters merged into the weights (every later command reads them unchanged), and an adapter/
 folder beside the weights opens with ``PeftModel.from_pretrained(base, folder / "adapter")``.
 
-RecAdam's pull is refused with LoRA (recipe.py): theta* is the frozen base weight, and the adapters start
+RecAdam's pull is refused with LoRA (its check in __init__.py): theta* is the frozen base weight, and the adapters start
 at a zero update, so a pull toward theta* would be plain weight decay on the adapters. Under LoRA
 ||theta - theta*|| is the norm of the merged update, sqrt(sum ||B A x scale||^2) over the adapted layers.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import PreflightError
+from ...errors import PreflightError
 
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 
@@ -105,7 +105,7 @@ def load_adapter(peft_model, folder: Path) -> None:
 
     path = folder / ADAPTER_DIR / "adapter_model.safetensors"
     if not path.is_file():
-        from ..errors import RunDirError
+        from ...errors import RunDirError
 
         raise RunDirError(f"{path} is missing: this LoRA run cannot be resumed (start it again with --overwrite)")
     set_peft_model_state_dict(peft_model, load_file(str(path)))

@@ -1,0 +1,130 @@
+"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (methods/adapter.py):
+theta* stays frozen, low-rank adapters learn the update, the classification head trains in full.
+
+    peft_lora.py   wrapping, counting, merging, saving and loading with peft
+
+"LoRA learns less and forgets less" (Biderman et al. 2024, arXiv 2405.09673), on the same trade-off curve
+as full fine-tuning; it is what most users pick for adapters, so recall measures it with the same probes.
+What a run saves stays plain: best/, last/ and lp/ are `from_pretrained` folders with the adapters merged
+in, and adapter/ beside the weights opens with ``PeftModel.from_pretrained(base, folder / "adapter")``.
+Its keys are the recipe's model.lora section (recipe/schema.py's LoraConfig); ``model.lora.r`` turns it on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...names import OPTIMIZERS
+from ..adapter import Adapted, Adapter
+from ..registry import Family, register_method
+
+
+class PeftLora(Adapted):
+    extra_markers = ("lora_", "original_module")
+
+    @property
+    def base_model(self) -> Any:
+        return self.wrapped.get_base_model()
+
+    def trainable_counts(self) -> tuple[int, int]:
+        return self.wrapped.get_nb_trainable_parameters()
+
+    def merged_copy(self) -> Any:
+        from .peft_lora import merged_copy
+
+        return merged_copy(self.wrapped)
+
+    def save(self, folder: Any) -> None:
+        from .peft_lora import save_adapter
+
+        save_adapter(self.wrapped, folder)
+
+    def load(self, folder: Any) -> None:
+        from .peft_lora import load_adapter
+
+        load_adapter(self.wrapped, folder)
+
+    def theta_star_names(self, theta_star: dict[str, Any]) -> dict[str, Any]:
+        from .peft_lora import theta_star_names
+
+        return theta_star_names(self.base_model, theta_star)
+
+    def update_norm(self) -> float:
+        from .peft_lora import update_norm
+
+        return update_norm(self.base_model)
+
+
+class Lora(Adapter):
+    name = "lora"
+    label = "LoRA"
+    paper = "Hu et al. 2021, arXiv 2106.09685; Biderman et al. 2024, arXiv 2405.09673"
+    url = "https://arxiv.org/abs/2106.09685"
+    switch = "model.lora.r"
+    keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules")
+    cell = "r"
+    family = Family("lora", "#D55E00", hue_rank=1)
+
+    def describe(self, recipe: Any) -> str:
+        lora = recipe.model.lora
+        return f"LoRA r={lora.r} alpha={lora.alpha:g}"
+
+    def words(self, strength: Any) -> str:
+        return f"LoRA r={strength}"
+
+    def summary(self, recipe: Any) -> dict[str, Any]:
+        lora = recipe.model.lora
+        return {"lora": {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": lora.target_modules}}
+
+    def check(self, recipe: Any) -> list[str]:
+        lora, tr, o, problems = recipe.model.lora, recipe.train, recipe.optimizer, []
+        if lora.r < 0:
+            problems.append(f"model.lora.r: the adapters' rank must be >= 0 (0 = full fine-tuning), got {lora.r}")
+        if lora.alpha <= 0:
+            problems.append(f"model.lora.alpha: must be > 0, got {lora.alpha}")
+        if not 0 <= lora.dropout < 1:
+            problems.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
+        if lora.target_modules is not None and not [m for m in lora.target_modules if m.strip()]:
+            problems.append("model.lora.target_modules: name at least one module, or null for every linear layer")
+        if lora.r > 0:
+            anchored = OPTIMIZERS[o.name].anchored
+            if anchored:
+                problems.append(f"model.lora.r: {o.name}'s pull toward theta* has nothing to act on under LoRA (the "
+                                "pretrained weights stay frozen and the adapters start at zero): use optimizer.name=adamw")
+            if recipe.model.init == "random" and anchored:
+                problems.append("model.lora.r: adapters on a random-init model train a random encoder's few weights "
+                                "(set model.init=pretrained, or model.lora.r=0)")
+            if tr.linear_probe_steps > 0:
+                problems.append("train.linear_probe_steps: LP-FT with LoRA is not supported yet "
+                                "(set train.linear_probe_steps=0, or model.lora.r=0)")
+        return problems
+
+    def wrap(self, model: Any, recipe: Any) -> PeftLora:
+        from .peft_lora import wrap
+
+        lora = recipe.model.lora
+        return PeftLora(wrap(model, lora.r, lora.alpha, lora.dropout, lora.target_modules))
+
+    def trained_parameters(self, meta_model: Any, head: set[str], recipe: Any) -> int:
+        """r x (in + out) on each targeted linear layer (peft's "all-linear" without the head's, or the
+        named ones), and the head, which trains in full: what peft's get_nb_trainable_parameters counts."""
+        import torch
+
+        lora = recipe.model.lora
+        head_modules = {name.rsplit(".", 1)[0] for name in head}
+        named = {m.strip() for m in lora.target_modules or []}
+        adapters = sum(lora.r * (m.in_features + m.out_features) for name, m in meta_model.named_modules()
+                       if isinstance(m, torch.nn.Linear) and name not in head_modules
+                       and (not named or name.rsplit(".", 1)[-1] in named))
+        head_count = sum(p.numel() for n, p in meta_model.named_parameters() if n in head)
+        return adapters + head_count
+
+    def dry_run_lines(self, prepared: Any) -> dict[str, str]:
+        trainable, total = prepared.adapter.trainable_counts()
+        frozen = total - trainable
+        # Full fine-tuning keeps a gradient and Adam's two moments (fp32) for every parameter.
+        return {"lora": f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
+                        f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning"}
+
+
+register_method(Lora())
