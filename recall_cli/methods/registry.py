@@ -143,6 +143,7 @@ _LOADED = False
 def register_method(method: Method, *, replace: bool = False) -> Method:
     """Add ``method`` (an instance) to the registry; returns it. A second method of the same name, or a
     second owner of a switch or section, is a mistake in the plugin: ValueError, unless ``replace``."""
+    _load()  # recall's own first: a plugin cannot take the name or switch of one not yet imported
     if not isinstance(method, Method):
         raise TypeError(f"register_method takes a Method instance, got {type(method).__name__}")
     for attr in ("name", "label", "switch"):
@@ -181,10 +182,13 @@ def _load() -> None:
         except Exception as exc:  # a broken plugin names itself instead of failing every command with a traceback
             raise PluginError(f"the method plugin {entry.name} ({entry.value}) failed to load: "
                               f"{type(exc).__name__}: {exc} (fix or uninstall the package that provides it)") from exc
-        if isinstance(loaded, type) and issubclass(loaded, Method) and loaded.name not in _REGISTRY:
-            register_method(loaded())  # an entry point may name the class itself
-        elif isinstance(loaded, Method) and loaded.name not in _REGISTRY:
-            register_method(loaded)
+        try:
+            if isinstance(loaded, type) and issubclass(loaded, Method) and loaded.name not in _REGISTRY:
+                register_method(loaded())  # an entry point may name the class itself
+            elif isinstance(loaded, Method) and loaded.name not in _REGISTRY:
+                register_method(loaded)
+        except (TypeError, ValueError) as exc:
+            raise PluginError(f"the method plugin {entry.name} ({entry.value}) cannot be registered: {exc}") from exc
 
 
 def _entry_points() -> Iterable[Any]:
