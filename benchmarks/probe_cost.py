@@ -28,6 +28,7 @@ from recall_cli.model import build_model, load_tokenizer
 from recall_cli.probes.runner import prober_for_run
 from recall_cli.recipe import load_recipe
 from recall_cli.data import BatchOrder
+from recall_cli.training.plan import StepPlan, plan_run
 from recall_cli.training.setup import build_optimizer, load_task_data, plan_total_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def main() -> None:
     total = plan_total_steps(recipe, len(task.train))
     built = build_model(recipe.model, task.spec.num_labels, tc.seed)
     model = built.model.to(device).train()
-    optimizer = build_optimizer(model, built.theta_star, recipe, total)
+    optimizer = build_optimizer(model, built.theta_star, recipe, plan_run(recipe, total, StepPlan(None, "eager", "fp32", "")))
     order = BatchOrder(len(task.train), tc.batch_size, tc.seed)
     pad = tokenizer.pad_token_id or 0
 

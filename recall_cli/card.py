@@ -42,7 +42,8 @@ _NOT_METRICS = ("step", "split", "main", "distance")
 
 
 def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
-               probe: dict[str, Any] | None, distance: float | None, version: str | None = None) -> str:
+               probe: dict[str, Any] | None, distance: float | None, version: str | None = None,
+               anneal_t0: float | None = None) -> str:
     """The README.md of ``checkpoint`` ("best" or "last") of a run trained with ``recipe`` (a
     recipe.Recipe), saved at ``step``: ``evaluation`` and ``probe`` are the latest eval and probe
     records of metrics.jsonl at or before that step (or None), ``distance`` ‖θ − θ*‖ at that step."""
@@ -51,7 +52,7 @@ def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, eva
     meta = _metadata(recipe, checkpoint, step, evaluation)
     front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     parts = [f"---\n{front}---\n", MARKER, "", *_body(recipe, checkpoint, step, total_steps, evaluation, probe,
-                                                        distance, version)]
+                                                        distance, version, anneal_t0)]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -162,7 +163,7 @@ def _split_key(key: str, suffixes: list[str]) -> tuple[str, str]:
 
 
 def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
-          probe: dict[str, Any] | None, distance: float | None, version: str) -> list[str]:
+          probe: dict[str, Any] | None, distance: float | None, version: str, anneal_t0: float | None) -> list[str]:
     o, t, m = recipe.optimizer, recipe.train, recipe.model
     entry = OPTIMIZERS.get(o.name)
     label = entry.label if entry else o.name
@@ -177,7 +178,7 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
 
     lines += ["## Recipe", "", "| setting | value |", "|---|---|", f"| optimizer | {label} (`{o.name}`) |"]
     if entry is None or entry.anchored:
-        t0 = recipe.anneal_t0_steps(total_steps)
+        t0 = recipe.anneal_t0_steps(total_steps) if anneal_t0 is None else anneal_t0  # a run passes its plan's
         lines += [f"| γ (`pretrain_cof`) | {_g(o.pretrain_cof)} |",
                   f"| t0 (`anneal_t0`, steps) | {_g(t0)} |",
                   f"| k (`anneal_k`) | {_g(o.anneal_k)} |",

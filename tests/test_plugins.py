@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,59 +20,9 @@ from conftest import summary, tiny_recipe, train_records, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
-PLUGIN = textwrap.dedent('''
-    """A method from outside recall: the squared logits as a loss term, weighted by shrink.weight."""
-    from dataclasses import dataclass
-
-    from recall_cli.methods import Family, Method, MethodRun, register_method
-
-
-    @dataclass(frozen=True)
-    class ShrinkConfig:
-        weight: float = 0.0  # the term's weight; 0 = off
-        reduce: str = "mean"
-
-
-    class LogitSize:
-        name = "shrink"
-        needs_hidden_states = False
-
-        def __init__(self, weight):
-            self.base = weight
-
-        def weight(self, step):
-            return self.base
-
-        def __call__(self, outputs, batch, indices=None):
-            return outputs.logits.float().pow(2).mean()
-
-
-    class Shrink(Method):
-        name = "shrink"
-        label = "logit shrink"
-        paper = "a test plugin"
-        switch = "shrink.weight"
-        keys = ("shrink.weight", "shrink.reduce")
-        section = "shrink"
-        config = ShrinkConfig
-        family = Family("shrink", "#117733", hue_rank=5)
-
-        def check(self, recipe):
-            w = recipe.get("shrink.weight")
-            return [f"shrink.weight: must be >= 0, got {w}"] if w < 0 else []
-
-        def card_rows(self, recipe):
-            return [("logit shrink", f"weight {recipe.get('shrink.weight'):g}")]
-
-        def start(self, run):
-            return MethodRun([LogitSize(run.recipe.get("shrink.weight"))], {"shrink_plan": "logits pulled toward 0"})
-
-        def dry_run_lines(self, prepared):
-            return {"shrink": f"the logits' mean square, weight {prepared.recipe.get('shrink.weight'):g}"}
-
-
-    register_method(Shrink())
-''')
+# docs/extending.md's example, as the page shows it: the page and the test cannot drift apart.
+PLUGIN = re.search(r"^```python\n(.*?)^```", (REPO / "docs" / "extending.md").read_text(encoding="utf-8"),
+                   re.DOTALL | re.MULTILINE).group(1)
 
 
 def plugin_path(root: Path) -> Path:

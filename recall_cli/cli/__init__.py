@@ -168,7 +168,6 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
                    overwrite: bool = False) -> None:
     from ..distributed import Distributed
     from ..names import OPTIMIZERS
-    from ..optim import anneal_lambda, pull_weight
     from ..recipe.advice import schedule_warnings
     from ..training.methods import dry_run_lines
     from ..training.progress import Reporter
@@ -179,19 +178,18 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     prepared = prepare(recipe, Distributed(world_size=world_size), Start.of(resume=resume, overwrite=overwrite),
                        Reporter(), dry_run=True)
     checks = prepared.checks
-    n_train, total = len(prepared.task.train), prepared.total_steps
-    t0 = recipe.anneal_t0_steps(total)
-    lambdas = {}
+    run_plan = prepared.plan  # the run's own plan: its schedule on the encoder's clock (after LP-FT's head phase)
+    n_train, total, t0 = len(prepared.task.train), run_plan.total_steps, run_plan.anneal_t0
+    lambdas, pulls = {}, {}
     if OPTIMIZERS[oc.name].anchored:  # lambda(t) weighs the recall terms: vanilla runs have none
         points = sorted({1, max(1, round(t0 / 2)), max(1, round(t0)), min(total, round(t0 + 2 / oc.anneal_k)),
                          min(total, round(t0 + 4 / oc.anneal_k)), max(1, total // 2), total})
-        # Under LP-FT the encoder's (and so RecAdam's) step count starts after the head phase.
-        shift = tc.linear_probe_steps
-        lambdas = {t: anneal_lambda(oc.anneal_fun, max(0, t - shift), oc.anneal_k, t0, oc.anneal_w) for t in points}
+        lambdas = {t: run_plan.lam_at(t) for t in points}
+        pulls = {t: run_plan.pull_at(t) for t in points}
     warnings = schedule_warnings(recipe, total)
     methods = dry_run_lines(prepared)
     if not as_json:
-        _print_plan(recipe, world_size, total, t0, lambdas, warnings)
+        _print_plan(recipe, world_size, total, t0, lambdas, pulls, warnings)
         for key, line in methods.items():
             typer.echo(f"# {key}: {line}")
     if as_json:
@@ -200,15 +198,14 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
                 "lambda": [{"step": t, "lambda": v} for t, v in lambdas.items()], **methods}
         if lambdas:  # the penalty's weight at the same steps: anneal_w - lambda, never below the floor
             plan["recall_floor"] = oc.recall_floor
-            plan["penalty_weight"] = [{"step": t, "weight": pull_weight(oc.anneal_w, v, oc.recall_floor)}
-                                      for t, v in lambdas.items()]
+            plan["penalty_weight"] = [{"step": t, "weight": v} for t, v in pulls.items()]
         typer.echo(dumps_json({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings, **checks.to_dict()}))
     else:
         _print_checks(checks)
     checks.raise_on_failure()
 
 
-def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
+def _print_plan(recipe, world_size, total, t0, lambdas, pulls, warnings) -> None:
     tc = recipe.train
     typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
     typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
@@ -219,10 +216,8 @@ def _print_plan(recipe, world_size, total, t0, lambdas, warnings) -> None:
         oc = recipe.optimizer
         typer.echo("# lambda(t): " + ", ".join(f"t={t}: {v:.3f}" for t, v in lambdas.items()))
         if oc.recall_floor > 0:
-            from ..optim import pull_weight
-
             typer.echo(f"# recall penalty weight max({oc.anneal_w:g} - lambda, floor {oc.recall_floor:g}): "
-                       + ", ".join(f"t={t}: {pull_weight(oc.anneal_w, v, oc.recall_floor):.3f}" for t, v in lambdas.items()))
+                       + ", ".join(f"t={t}: {v:.3f}" for t, v in pulls.items()))
     for message in warnings:
         typer.echo(f"warning: {message}", err=True)
 

@@ -98,6 +98,10 @@ class Method:
         """Problems only the run's length shows (under train.epochs the recipe alone cannot know it)."""
         return []
 
+    def recall_offset(self, recipe: Any) -> int:
+        """Steps of the run before RecAdam's clock starts for the encoder (LP-FT: its head phase)."""
+        return 0
+
     def checkpoint_folders(self, recipe: Any) -> tuple[str, ...]:
         """Folders the run saves for it besides best/ and last/ (LP-FT: lp/)."""
         return ()

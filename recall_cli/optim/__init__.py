@@ -1,8 +1,7 @@
 """RecAdam and its annealing coefficient."""
 
-from .anneal import ANNEAL_FUNCTIONS, anneal_lambda
+from .anneal import ANNEAL_FUNCTIONS, RecallSchedule, anneal_lambda, pull_weight, recall_state
 from .distance import distance_to_theta_star
-from .kernels import pull_weight
 from .recadam import RecAdam
 
-__all__ = ["ANNEAL_FUNCTIONS", "RecAdam", "anneal_lambda", "distance_to_theta_star", "pull_weight"]
+__all__ = ["ANNEAL_FUNCTIONS", "RecAdam", "RecallSchedule", "anneal_lambda", "distance_to_theta_star", "pull_weight", "recall_state"]

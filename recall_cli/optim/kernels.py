@@ -12,13 +12,7 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
-from .anneal import anneal_lambda
-
-
-def pull_weight(anneal_w: float, lam: float, recall_floor: float) -> float:
-    """The penalty's weight at one step: the paper's anneal_w - lambda, never below the floor.
-    lambda <= anneal_w always, so a floor of 0 returns anneal_w - lambda exactly (bit for bit)."""
-    return max(anneal_w - lam, recall_floor)
+from .anneal import RecallSchedule, pull_weight  # noqa: F401  (pull_weight: the kernels' public name too)
 
 
 def _step_size(lr: float, beta1: float, beta2: float, step: int, correct_bias: bool) -> float:
@@ -41,21 +35,16 @@ def _single_tensor_recadam(
     eps: float,
     weight_decay: float,
     correct_bias: bool,
-    anneal_fun: str,
-    anneal_k: float,
-    anneal_t0: float,
-    anneal_w: float,
-    pretrain_cof: float,
-    recall_floor: float,
+    recall: RecallSchedule,
     mode: str,
 ) -> None:
     for p, grad, exp_avg, exp_avg_sq, anchor, step in zip(params, grads, exp_avgs, exp_avg_sqs, theta_star, steps):
-        anchored = anchor is not None and anneal_w > 0
-        lam = anneal_lambda(anneal_fun, step, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
-        weight = pull_weight(anneal_w, lam, recall_floor)
-        pull = lr * weight * pretrain_cof  # fraction of (theta - theta*) removed this step
+        anchored = anchor is not None and recall.recalls
+        lam = recall.lam(step) if anchored else 1.0
+        weight = recall.pull(lam)
+        pull = lr * weight * recall.pretrain_cof  # fraction of (theta - theta*) removed this step
         if anchored and mode == "coupled":
-            grad = grad.mul(lam).add_(p - anchor.to(p.dtype), alpha=weight * pretrain_cof)
+            grad = grad.mul(lam).add_(p - anchor.to(p.dtype), alpha=weight * recall.pretrain_cof)
 
         exp_avg.lerp_(grad, 1.0 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
@@ -86,12 +75,7 @@ def _multi_tensor_recadam(
     eps: float,
     weight_decay: float,
     correct_bias: bool,
-    anneal_fun: str,
-    anneal_k: float,
-    anneal_t0: float,
-    anneal_w: float,
-    pretrain_cof: float,
-    recall_floor: float,
+    recall: RecallSchedule,
     mode: str,
 ) -> None:
     # foreach kernels need every list on one device and dtype.
@@ -105,20 +89,20 @@ def _multi_tensor_recadam(
         b_exp_avgs = [exp_avgs[i] for i in indices]
         b_exp_avg_sqs = [exp_avg_sqs[i] for i in indices]
         b_steps = [steps[i] for i in indices]
-        b_anchored = [theta_star[i] is not None and anneal_w > 0 for i in indices]
+        b_anchored = [theta_star[i] is not None and recall.recalls for i in indices]
         lams = [
-            anneal_lambda(anneal_fun, t, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
+            recall.lam(t) if anchored else 1.0
             for t, anchored in zip(b_steps, b_anchored)
         ]
         anchored_pos = [j for j, anchored in enumerate(b_anchored) if anchored]
         a_params = [b_params[j] for j in anchored_pos]
         a_theta_star = [theta_star[indices[j]] for j in anchored_pos]
-        a_pulls = [lr * pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos]
+        a_pulls = [lr * recall.pull(lams[j]) * recall.pretrain_cof for j in anchored_pos]
 
         if mode == "coupled" and anchored_pos:
             b_grads = list(b_grads)  # the effective gradients are new tensors; p.grad stays as it was
             diffs = torch._foreach_sub(a_params, _as_dtype(a_theta_star, a_params))
-            torch._foreach_mul_(diffs, [pull_weight(anneal_w, lams[j], recall_floor) * pretrain_cof for j in anchored_pos])
+            torch._foreach_mul_(diffs, [recall.pull(lams[j]) * recall.pretrain_cof for j in anchored_pos])
             for j, diff in zip(anchored_pos, diffs):
                 b_grads[j] = torch.add(diff, b_grads[j], alpha=lams[j])
 
@@ -167,23 +151,18 @@ def _fused_recadam(
     eps: float,
     weight_decay: float,
     correct_bias: bool,
-    anneal_fun: str,
-    anneal_k: float,
-    anneal_t0: float,
-    anneal_w: float,
-    pretrain_cof: float,
-    recall_floor: float,
+    recall: RecallSchedule,
     mode: str,
 ) -> None:
     assert correct_bias and mode == "decoupled", "callers check _fused_supported"
     # One fused call per (device, dtype, step, anchored): lambda and the eps shift depend on the step.
     buckets: dict[tuple[torch.device, torch.dtype, int, bool], list[int]] = defaultdict(list)
     for i, (p, t) in enumerate(zip(params, steps)):
-        buckets[(p.device, p.dtype, t, theta_star[i] is not None and anneal_w > 0)].append(i)
+        buckets[(p.device, p.dtype, t, theta_star[i] is not None and recall.recalls)].append(i)
 
     for (device, _, t, anchored), indices in buckets.items():
         b_params = [params[i] for i in indices]
-        lam = anneal_lambda(anneal_fun, t, anneal_k, anneal_t0, anneal_w) if anchored else 1.0
+        lam = recall.lam(t) if anchored else 1.0
         # torch's kernel: theta -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps'). With eps' = eps/sqrt(bc2)
         # that is lr*sqrt(bc2)/bc1 * m / (sqrt(v) + eps): the released rule's step, exactly.
         # The kernel reads the step from these tensors (it does not increment them).
@@ -206,7 +185,7 @@ def _fused_recadam(
             found_inf=None,
         )
         if anchored:
-            pull = lr * pull_weight(anneal_w, lam, recall_floor) * pretrain_cof
+            pull = lr * recall.pull(lam) * recall.pretrain_cof
             _pull_toward_theta_star(b_params, [theta_star[i] for i in indices], [pull] * len(indices))
         if weight_decay != 0:
             torch._foreach_mul_(b_params, 1.0 - lr * weight_decay)

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from .anneal import ANNEAL_FUNCTIONS, anneal_lambda
-from .kernels import _fused_recadam, _multi_tensor_recadam, _single_tensor_recadam, pull_weight
+from .anneal import ANNEAL_FUNCTIONS, RecallSchedule
+from .kernels import _fused_recadam, _multi_tensor_recadam, _single_tensor_recadam
 
 MODES = ("decoupled", "coupled")
 # Devices where the multi-tensor kernel is the default: one launch per op for many tensors pays off
@@ -204,7 +204,7 @@ class RecAdam(Optimizer):
         if found is None:
             return None
         group, t = found
-        return anneal_lambda(group["anneal_fun"], t, group["anneal_k"], group["anneal_t0"], group["anneal_w"])
+        return RecallSchedule.of(group).lam(t)
 
     @property
     def current_penalty_weight(self) -> float | None:
@@ -212,8 +212,7 @@ class RecAdam(Optimizer):
         found, lam = self._first_anchored(), self.current_lambda
         if found is None or lam is None:
             return None
-        group = found[0]
-        return pull_weight(group["anneal_w"], lam, group["recall_floor"])
+        return RecallSchedule.of(found[0]).pull(lam)
 
     # ---- the step ----------------------------------------------------------------------------
 
@@ -270,12 +269,7 @@ class RecAdam(Optimizer):
                 eps=group["eps"],
                 weight_decay=group["weight_decay"],
                 correct_bias=group["correct_bias"],
-                anneal_fun=group["anneal_fun"],
-                anneal_k=group["anneal_k"],
-                anneal_t0=group["anneal_t0"],
-                anneal_w=group["anneal_w"],
-                pretrain_cof=group["pretrain_cof"],
-                recall_floor=group["recall_floor"],
+                recall=RecallSchedule.of(group),
                 mode=group["mode"],
             )
         return loss

@@ -25,7 +25,7 @@ from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from ..evaluate import score
 from ..methods import registry
 from ..names import OPTIMIZERS
-from ..optim import distance_to_theta_star
+from ..optim import distance_to_theta_star, recall_state
 from ..probes.runner import record_at
 from ..recipe import Recipe
 from ..runtime import autocast_for
@@ -326,9 +326,9 @@ class _Loop:
         epoch = round(t.state.micro_step / t.order.per_epoch, 4)
         floored = t.recipe.optimizer.recall_floor > 0
         method_fields = {f"{term.name}_weight": term.weight(step) for term in t.terms}
-        record = train_record(step, epoch, lr, t.optimizer.current_lambda, distance, t.state.window,
-                              t.scaler.is_enabled(), t.optimizer.current_penalty_weight if floored else None,
-                              method_fields)
+        lam, penalty = recall_state(t.optimizer)
+        record = train_record(step, epoch, lr, lam, distance, t.state.window, t.scaler.is_enabled(),
+                              penalty if floored else None, method_fields)
         self.write(record)
         self.reporter.train(record)
         t.state.window.clear()
@@ -383,7 +383,7 @@ class _Loop:
         """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
         t = self.t
         distance = current_distance(t) if t.pairs or t.adapter is not None else None
-        return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps,
+        return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps, anneal_t0=t.plan.anneal_t0,
                                evaluation=self.last_eval, probe=self.last_probe, distance=distance,
                                version=__version__)
 
@@ -442,7 +442,7 @@ def start_info(t: Training) -> dict[str, Any]:
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
             "train_examples": len(t.task.train),
-            **({"anneal_t0": t.recipe.anneal_t0_steps(t.total_steps)} if anchored else {}),
+            **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe))} if registry.active(t.recipe) else {}),
             **t.method_info,
@@ -475,7 +475,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
     tc, oc = recipe.train, recipe.optimizer
     return rundir.Summary(
         task=recipe.task.name, optimizer=oc.name, init=recipe.model.init, model=recipe.model.name_or_path,
-        seed=tc.seed, anneal_fun=oc.anneal_fun, anneal_k=oc.anneal_k, anneal_t0=recipe.anneal_t0_steps(t.total_steps),
+        seed=tc.seed, anneal_fun=oc.anneal_fun, anneal_k=oc.anneal_k, anneal_t0=t.plan.anneal_t0,
         pretrain_cof=oc.pretrain_cof, recall_floor=oc.recall_floor, lr=oc.lr, steps=state.step, finished=state.step >= t.total_steps,
         best=without_split(best) if best else None, final=final,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,

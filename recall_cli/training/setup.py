@@ -12,6 +12,7 @@ Two stages, in the order a distributed run needs them:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from contextlib import AbstractContextManager
@@ -41,6 +42,7 @@ from . import checkpoint, compiled, preflight
 from .checkpoint import TrainerState
 from .loss import Term
 from .methods import RunView, start_methods
+from .plan import RunPlan, StepPlan, plan_run
 from .progress import Reporter
 
 
@@ -86,7 +88,7 @@ def anchor_dtype(recipe: Recipe) -> torch.dtype:
     return torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else torch.float32
 
 
-def build_optimizer(model, theta_star, recipe: Recipe, total_steps: int) -> torch.optim.Optimizer:
+def build_optimizer(model, theta_star, recipe: Recipe, plan: RunPlan) -> torch.optim.Optimizer:
     oc = recipe.optimizer
     groups = parameter_groups(model, theta_star, oc)
     # adamw is RecAdam without anchors: the same Adam arithmetic (and eps convention) as the
@@ -97,12 +99,7 @@ def build_optimizer(model, theta_star, recipe: Recipe, total_steps: int) -> torc
         betas=tuple(oc.betas),
         eps=oc.eps,
         weight_decay=oc.weight_decay,
-        anneal_fun=oc.anneal_fun,
-        anneal_k=oc.anneal_k,
-        anneal_t0=recipe.anneal_t0_steps(total_steps),
-        anneal_w=oc.anneal_w,
-        pretrain_cof=oc.pretrain_cof,
-        recall_floor=oc.recall_floor,
+        **dataclasses.asdict(plan.recall),  # the recall terms as the plan has them (t0 in steps)
         mode=OPTIMIZERS[oc.name].mode,
         anchor_dtype=torch.bfloat16 if recipe.model.anchor_dtype == "bfloat16" else None,
     )
@@ -116,30 +113,22 @@ class Prepared:
     recipe: Recipe
     ctx: Distributed
     device: torch.device
-    precision: str
-    precision_reason: str  # "set in the recipe", or why `auto` chose it
-    compile_mode: str | None  # torch.compile's mode, None: eager
-    compile_reason: str  # why (the start line and summary.json say it)
+    plan: RunPlan  # the schedule, the step's compile and precision, the methods: decided once, here
     saved: checkpoint.Saved | None  # last/'s state, on --resume
     tokenizer: Any
     task: TaskData
-    total_steps: int
     built: BuiltModel | None  # None: a dry run whose checks failed stops before the model
     adapter: Adapted | None = None  # the recipe's adapter (LoRA) around built.model, which holds it
     checks: preflight.Preflight | None = None  # every check made, in the order --dry-run lists them
     start: Start | None = None
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
 
-
-@dataclass(frozen=True)
-class StepPlan:
-    """How the run's step computes: compiled or not, in which precision, and why (the start line,
-    --dry-run and summary.json say both)."""
-
-    mode: str | None
-    reason: str
-    precision: str
-    precision_reason: str
+    # The plan's parts under the names the set-up has always read.
+    total_steps = property(lambda self: self.plan.total_steps)
+    precision = property(lambda self: self.plan.step.precision)
+    precision_reason = property(lambda self: self.plan.step.precision_reason)  # "set in the recipe", or why
+    compile_mode = property(lambda self: self.plan.step.mode)  # torch.compile's mode, None: eager
+    compile_reason = property(lambda self: self.plan.step.reason)
 
 
 def _plan_step(recipe: Recipe, device, lengths: list[int], total_steps: int, config, saved, world_size: int,
@@ -271,8 +260,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
             reporter.warn(message)
         for message in schedule_warnings(recipe, total_steps):
             reporter.warn(message)
-    prepared = Prepared(recipe, ctx, device, step.precision, step.precision_reason, step.mode, step.reason, saved,
-                        tokenizer, task, total_steps, None, checks=report, start=start, unused=unused)
+    prepared = Prepared(recipe, ctx, device, plan_run(recipe, total_steps, step, report.memory), saved, tokenizer, task, None,
+                        checks=report, start=start, unused=unused)
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
@@ -298,6 +287,7 @@ class Training:
     tokenizer: Any
     task: TaskData
     total_steps: int
+    plan: RunPlan
     model: torch.nn.Module  # saved, evaluated and probed
     ddp_model: torch.nn.Module  # what the step runs forward through (the model itself in one process)
     forward: Any  # ddp_model, or ddp_model under torch.compile (train.compile)
@@ -332,7 +322,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     model, theta_star, p.built.theta_star = p.built.model, p.built.theta_star, None
     model.to(device)
     model.train()
-    optimizer = build_optimizer(model, theta_star, recipe, p.total_steps)
+    optimizer = build_optimizer(model, theta_star, recipe, p.plan)
     pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
     if p.adapter is not None:  # theta* by the adapted layers' names; the distance is the adapter's update
         functional, pairs = p.adapter.theta_star_names(theta_star), []
@@ -369,7 +359,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     ctx.barrier()  # the run directory is ready before anyone goes on
     return Training(
         recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
-        precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps,
+        precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps, plan=p.plan,
         model=model, ddp_model=ddp_model, forward=forward,
         compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
                                               shapes=list(state.compile_shapes), fallback=state.compile_fallback),

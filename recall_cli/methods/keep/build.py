@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from ... import data
-from ...optim import anneal_lambda, pull_weight
 from ...recipe import Recipe
+from ...training.plan import recall_terms
 from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embed_examples, theta_star_copy
 
 
@@ -24,11 +24,8 @@ def recall_schedule(recipe: Recipe, total_steps: int):
     anneal keys whatever the optimizer (keep.schedule=recall). Under LP-FT the schedule starts with the
     fine-tuning phase, as RecAdam's does: it anneals on each weight's own step count, and the encoder's
     first step is the run's step linear_probe_steps + 1."""
-    o = recipe.optimizer
-    t0 = recipe.anneal_t0_steps(total_steps)
-    shift = recipe.train.linear_probe_steps
-    return lambda step: pull_weight(o.anneal_w, anneal_lambda(o.anneal_fun, max(0, step - shift), o.anneal_k, t0,
-                                                              o.anneal_w), o.recall_floor)
+    schedule, offset = recall_terms(recipe, total_steps)
+    return lambda step: schedule.pull(schedule.lam(max(0, step - offset)))
 
 
 @dataclass

@@ -55,6 +55,10 @@ class LinearProbeThenFinetune(Method):
                     f"fine-tune (set it below {total_steps})"]
         return []
 
+    def recall_offset(self, recipe: Any) -> int:
+        # RecAdam anneals on each weight's own step count: the encoder's first step is the run's steps + 1.
+        return recipe.train.linear_probe_steps
+
     def checkpoint_folders(self, recipe: Any) -> tuple[str, ...]:
         return (LP_DIR,)
 
