@@ -156,14 +156,28 @@ def walk(graph: dict[str, set[str]]) -> dict:
                                                                probe={"enabled": False}))
         entered: list[str] = []
         first_step: list[int] = []  # where in ``entered`` the first train_step began
+        with_recipe: list[str] = []  # the calls handed the recipe (or one of its sections), in order
+        recipe_step: list[int] = []
+        from recall_cli.recipe import Recipe
+
+        def holds_recipe(frame) -> bool:
+            code = frame.f_code
+            for arg in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+                value = frame.f_locals.get(arg)
+                if isinstance(value, Recipe) or type(value).__module__ == "recall_cli.recipe.schema":
+                    return True
+            return False
 
         def hook(frame, event, arg):
             if event == "call":
                 name = frame.f_globals.get("__name__", "")
                 if name in known and (not entered or entered[-1] != name):
                     entered.append(name)
+                if name in known and holds_recipe(frame) and (not with_recipe or with_recipe[-1] != name):
+                    with_recipe.append(name)
                 if frame.f_code.co_name == "train_step" and not first_step:
                     first_step.append(len(entered))
+                    recipe_step.append(len(with_recipe))
 
         sys.setprofile(hook)
         try:
@@ -178,7 +192,14 @@ def walk(graph: dict[str, set[str]]) -> dict:
     stays = entered[start:first_step[0] if first_step else len(entered)]
     reach = reaches(graph)
     climbs = sum(1 for a, b in zip(stays, stays[1:]) if a in reach.get(b, set()))
-    return {"stays": len(stays), "modules": len(set(stays)), "climbs_back_up": climbs}
+    # The recipe's walk: the same, counting only the calls that are handed the recipe (or a section of it),
+    # i.e. where the run's configuration is read and decided; a plan made once is read by fewer of them.
+    rstart = next((i for i, m in enumerate(with_recipe) if m == "recall_cli.training.loop"), 0)
+    rstays = with_recipe[rstart:recipe_step[0] if recipe_step else len(with_recipe)]
+    rclimbs = sum(1 for a, b in zip(rstays, rstays[1:]) if a in reach.get(b, set()))
+    return {"stays": len(stays), "modules": len(set(stays)), "climbs_back_up": climbs,
+            "recipe_stays": len(rstays), "recipe_modules": len(set(rstays)), "recipe_climbs_back_up": rclimbs,
+            "recipe_path": rstays}
 
 
 def main() -> int:

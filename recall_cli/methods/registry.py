@@ -202,9 +202,16 @@ def _entry_points() -> Iterable[Any]:
 
 
 def methods() -> list[Method]:
-    """Every registered method: recall's in BUILTIN's order, then plugins in the order they came."""
+    """Every registered method: recall's in BUILTIN's order (whatever order their modules were imported
+    in), then plugins in the order they came."""
     _load()
-    return list(_REGISTRY.values())
+    arrival = {name: i for i, name in enumerate(_REGISTRY)}
+    return sorted(_REGISTRY.values(), key=lambda m: (_builtin_rank(m), arrival[m.name]))
+
+
+def _builtin_rank(method: Method) -> int:
+    module = type(method).__module__
+    return BUILTIN.index(module) if module in BUILTIN else len(BUILTIN)
 
 
 def get(name: str) -> Method:
@@ -238,14 +245,14 @@ def check(recipe: Any) -> list[str]:
     return problems
 
 
-def labels(recipe: Any) -> list[str]:
-    """How the start line, summary.json and model cards name each method on."""
-    return [m.describe(recipe) for m in active(recipe)]
+def labels(recipe: Any, on: list[Method] | None = None) -> list[str]:
+    """How the start line, summary.json and model cards name each method on (``on``: a run's plan has them)."""
+    return [m.describe(recipe) for m in (active(recipe) if on is None else on)]
 
 
-def summary_block(recipe: Any, **facts: Any) -> dict[str, Any] | None:
+def summary_block(recipe: Any, on: list[Method] | None = None, **facts: Any) -> dict[str, Any] | None:
     """summary.json's "method": what was on and with which settings (None: plain fine-tuning)."""
-    on = active(recipe)
+    on = active(recipe) if on is None else on
     if not on:
         return None
     block: dict[str, Any] = {"names": [m.name for m in on], "labels": [m.describe(recipe) for m in on]}

@@ -444,7 +444,7 @@ def start_info(t: Training) -> dict[str, Any]:
             "train_examples": len(t.task.train),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if floor > 0 else {}),
-            **({"methods": "; ".join(registry.labels(t.recipe))} if registry.active(t.recipe) else {}),
+            **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),
             **t.method_info,
             **({"unused": ", ".join(t.unused) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
                if t.unused else {}),
@@ -485,5 +485,5 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,
-        method=registry.summary_block(recipe, **t.method_info),
+        method=registry.summary_block(recipe, t.plan.methods, **t.method_info),
     )

@@ -31,18 +31,18 @@ class RunView:
     reporter: Any
 
 
-def start_methods(view: RunView) -> list[MethodRun]:
-    """Each method the recipe turns on, started for this run (in registry order)."""
-    return [run for run in (m.start(view) for m in registry.active(view.recipe)) if run is not None]
+def start_methods(view: RunView, on: tuple[registry.Method, ...]) -> list[MethodRun]:
+    """Each method the recipe turns on (the plan's), started for this run, in registry order."""
+    return [run for run in (m.start(view) for m in on) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:
     """What --dry-run says of the methods (and of keys this run does not read), from the run's own
     set-up: each method's own lines (the anchor's cache and its bound, an adapter's trainable count)."""
     recipe, lines = prepared.recipe, {}
-    on = registry.active(recipe)
+    on = prepared.plan.methods
     if on:
-        lines["methods"] = "; ".join(registry.labels(recipe))
+        lines["methods"] = "; ".join(registry.labels(recipe, on))
     unused = prepared.unused
     if unused:
         lines["unused"] = f"{', '.join(unused)} (only RecAdam reads them; this run is {recipe.optimizer.name})"
@@ -64,7 +64,7 @@ def disk_line(prepared: Any) -> str:
         weights = sum(p.numel() for n, p in model.named_parameters() if not any(m in n for m in markers)) * 4
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     theta_star = sum(t.numel() for t in (prepared.built.theta_star or {}).values()) * 4
-    folders = 2 + len(checkpoint_folders(recipe))  # best/, last/, and the methods' (LP-FT's lp/)
+    folders = 2 + len([f for m in prepared.plan.methods for f in m.checkpoint_folders(recipe)])  # best/, last/, lp/
     final = folders * weights
     everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)
     mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
@@ -74,6 +74,3 @@ def disk_line(prepared: Any) -> str:
         return f"~{mib(everything)} at the end, all kept (train.save=all: {parts}); train.save=final keeps ~{mib(final)}"
     return f"~{mib(everything)} while it trains ({parts}); train.save=final keeps ~{mib(final)} at the end"
 
-
-def checkpoint_folders(recipe: Recipe) -> list[str]:
-    return [folder for m in registry.active(recipe) for folder in m.checkpoint_folders(recipe)]

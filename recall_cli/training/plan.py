@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..methods import registry
+from ..methods.registry import Method
 from ..optim import RecallSchedule
 from ..recipe import Recipe
 
@@ -38,7 +39,7 @@ class RunPlan:
     recall: RecallSchedule  # RecAdam's terms, t0 in steps: what the optimizer is built with
     recall_offset: int  # RecAdam's clock starts after this many of the run's steps (LP-FT's head phase)
     step: StepPlan
-    methods: tuple[str, ...]  # the registry's methods the recipe turns on, in its order
+    methods: tuple[Method, ...]  # the registry's methods the recipe turns on, in its order
     memory: Any = None  # preflight's MemoryEstimate (None where a failed check stopped it)
 
     def lam_at(self, step: int) -> float:
@@ -50,15 +51,16 @@ class RunPlan:
         return self.recall.pull(self.lam_at(step))
 
 
-def recall_terms(recipe: Recipe, total_steps: int) -> tuple[RecallSchedule, int]:
+def recall_terms(recipe: Recipe, total_steps: int, on: tuple[Method, ...] | None = None) -> tuple[RecallSchedule, int]:
     """(RecAdam's recall terms with t0 in steps, the step its clock starts after): the one place a
-    recipe's anneal_t0 becomes steps."""
+    recipe's anneal_t0 becomes steps. ``on``: the methods the recipe turns on, where the caller has them."""
     schedule = RecallSchedule.of(dataclasses.asdict(recipe.optimizer), anneal_t0=recipe.anneal_t0_steps(total_steps))
-    offset = sum(m.recall_offset(recipe) for m in registry.active(recipe))
+    offset = sum(m.recall_offset(recipe) for m in (registry.active(recipe) if on is None else on))
     return schedule, offset
 
 
-def plan_run(recipe: Recipe, total_steps: int, step: StepPlan, memory: Any = None) -> RunPlan:
-    schedule, offset = recall_terms(recipe, total_steps)
-    return RunPlan(total_steps, schedule.anneal_t0, schedule, offset, step,
-                   tuple(m.name for m in registry.active(recipe)), memory)
+def plan_run(recipe: Recipe, total_steps: int, step: StepPlan, memory: Any = None,
+             on: tuple[Method, ...] | None = None) -> RunPlan:
+    on = tuple(registry.active(recipe)) if on is None else tuple(on)
+    schedule, offset = recall_terms(recipe, total_steps, on)
+    return RunPlan(total_steps, schedule.anneal_t0, schedule, offset, step, on, memory)

@@ -189,7 +189,11 @@ def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resum
 # ---- memory --------------------------------------------------------------------------------------
 
 
-def parameter_counts(config, num_labels: int, recipe: Recipe | None = None) -> tuple[int, int, int]:
+# An adapter argument left out: the recipe's, from the registry (a run passes its plan's instead).
+FROM_RECIPE: Any = object()
+
+
+def parameter_counts(config, num_labels: int, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of the classifier, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
     (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
@@ -205,7 +209,8 @@ def parameter_counts(config, num_labels: int, recipe: Recipe | None = None) -> t
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
     head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
-    adapter = registry.active_adapter(recipe) if recipe is not None else None
+    if adapter is FROM_RECIPE:
+        adapter = registry.active_adapter(recipe) if recipe is not None else None
     if adapter is None:
         return total, head_count, total
     return total, head_count, adapter.trained_parameters(model, head, recipe)
@@ -226,11 +231,13 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
 
 
 def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
-                    world_size: int, lengths: list[int] | None) -> MemoryEstimate:
+                    world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> MemoryEstimate:
     tc = recipe.train
-    total, head, trained = parameter_counts(config, num_labels, recipe)
+    if adapter is FROM_RECIPE:
+        adapter = registry.active_adapter(recipe)
+    total, head, trained = parameter_counts(config, num_labels, recipe, adapter)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
-    lora = registry.active_adapter(recipe) is not None
+    lora = adapter is not None
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
     # Under an adapter (LoRA) peft adds the adapters and a trainable copy of the head (modules_to_save) beside
     # the frozen model, and theta* is only the probes' fp32 copy in host memory (no pull, no copy on the device).
@@ -280,7 +287,7 @@ def available_cuda(device: torch.device) -> int | None:
 
 
 def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
-                     world_size: int, lengths: list[int] | None, budget: int) -> list[str]:
+                     world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE) -> list[str]:
     """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
     accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
     import dataclasses
@@ -289,7 +296,7 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
         r = recipe
         for section, values in changes.items():
             r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
-        est = estimate_memory(r, config, num_labels, device, precision, world_size, lengths)
+        est = estimate_memory(r, config, num_labels, device, precision, world_size, lengths, adapter)
         return est.total_bytes * est.processes_sharing <= budget
 
     tc, found = recipe.train, []
@@ -300,7 +307,9 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
             found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
             break
         factor *= 2
-    if (recipe.model.anchor_dtype == "float32" and registry.active_adapter(recipe) is None
+    if adapter is FROM_RECIPE:
+        adapter = registry.active_adapter(recipe)
+    if (recipe.model.anchor_dtype == "float32" and adapter is None
             and fits(model={"anchor_dtype": "bfloat16"})):
         found.append("model.anchor_dtype=bfloat16")
     length = recipe.task.max_seq_length // 2
@@ -313,8 +322,8 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
 
 
 def check_memory(report: Preflight, recipe: Recipe, config, num_labels: int, device: torch.device,
-                 precision: str, world_size: int, lengths: list[int] | None) -> None:
-    est = estimate_memory(recipe, config, num_labels, device, precision, world_size, lengths)
+                 precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> None:
+    est = estimate_memory(recipe, config, num_labels, device, precision, world_size, lengths, adapter)
     report.memory = est
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
@@ -324,7 +333,8 @@ def check_memory(report: Preflight, recipe: Recipe, config, num_labels: int, dev
     elif est.fits:
         report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
     else:
-        fixes = fitting_settings(recipe, config, num_labels, device, precision, world_size, lengths, est.available_bytes)
+        fixes = fitting_settings(recipe, config, num_labels, device, precision, world_size, lengths, est.available_bytes,
+                                 adapter)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
 
@@ -340,7 +350,8 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
 
 
 def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, num_labels: int, device: torch.device,
-               precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False) -> Preflight:
+               precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False,
+               adapter: Any = FROM_RECIPE) -> Preflight:
     """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
     (the recipe's model, or the run's last/ on resume); ``lengths`` the tokenized training rows."""
     check_positions(report, recipe, config)
@@ -348,5 +359,5 @@ def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, num_labe
     check_head(report, recipe, config, num_labels, resume)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
-        check_memory(report, recipe, config, num_labels, device, precision, world_size, lengths)
+        check_memory(report, recipe, config, num_labels, device, precision, world_size, lengths, adapter)
     return report

@@ -173,11 +173,10 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
-def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltModel, Adapted | None]:
+def _load_model(recipe: Recipe, spec: Task, last: Path | None, adapter: Any) -> tuple[BuiltModel, Adapted | None]:
     """(the model with theta*, the recipe's adapter around it or None). A resumed run's weights come
     from last/; an adapter's last/ holds merged weights, so it starts from theta* again and loads its
     adapter's own files from last/."""
-    adapter = registry.active_adapter(recipe)
     if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
         return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), theta_star), None
@@ -238,7 +237,9 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
-    for message in (p for m in registry.active(recipe) for p in m.check_steps(recipe, total_steps)):
+    on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
+    adapter = next((m for m in on if m.is_adapter), None)
+    for message in (p for m in on for p in m.check_steps(recipe, total_steps)):
         problem = PreflightError(message)  # under train.epochs the recipe alone cannot know the run's steps
         if not dry_run:
             raise problem
@@ -247,7 +248,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, num_labels=task.spec.num_labels, device=device,
-                         precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths)
+                         precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
+                         adapter=adapter)
     if not dry_run:
         report.raise_on_failure()
     report.checks += tail
@@ -260,12 +262,12 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
             reporter.warn(message)
         for message in schedule_warnings(recipe, total_steps):
             reporter.warn(message)
-    prepared = Prepared(recipe, ctx, device, plan_run(recipe, total_steps, step, report.memory), saved, tokenizer, task, None,
+    prepared = Prepared(recipe, ctx, device, plan_run(recipe, total_steps, step, report.memory, on), saved, tokenizer, task, None,
                         checks=report, start=start, unused=unused)
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
-    prepared.built, prepared.adapter = _load_model(recipe, task.spec, last)
+    prepared.built, prepared.adapter = _load_model(recipe, task.spec, last, adapter)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
@@ -343,7 +345,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     # slow part: a stop during it leaves nothing behind).
     runs = start_methods(RunView(recipe, model, functional, p.task.train, p.total_steps, device,
                                  autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
-                                 p.saved is None, reporter))
+                                 p.saved is None, reporter), p.plan.methods)
     params = [q for q in model.parameters() if q.requires_grad]
 
     state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)
