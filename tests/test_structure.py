@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -35,3 +37,23 @@ def test_help_loads_no_torch():
             "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0 and 'finetune' in result.output; "
             "assert 'torch' not in sys.modules, 'recall --help imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_the_house_keeps_its_shape():
+    """Issue 37's bounds: at most 12 modules at the top of recall_cli/ (the rest live in packages that
+    own a stage), no module over 500 lines, no function over 80."""
+    s = structure()
+    top = [p for p in (REPO / "recall_cli").glob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert len(top) <= 12, sorted(p.name for p in top)
+    long_modules, long_functions = s.sizes()
+    assert long_modules == [] and long_functions == []
+
+
+@pytest.mark.slow
+def test_the_recipe_is_read_where_the_run_is_planned():
+    """The recipe's walk from finetune to the first step (the calls handed the recipe or a section of it)
+    stays short: the run is planned once and the rest read the plan (issue 37: at most 40 stays, 12 climbs)."""
+    s = structure()
+    walk = s.walk(s.import_graph())
+    assert walk["recipe_stays"] <= 40 and walk["recipe_climbs_back_up"] <= 12, walk
+    assert walk["recipe_path"][0] == "recall_cli.training.loop"

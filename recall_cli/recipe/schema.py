@@ -132,7 +132,7 @@ class ProbeConfig:
 
 @dataclass(frozen=True)
 class KeepConfig:
-    """The embedding anchor (methods/keep.py): a term that keeps the pooled sentence embedding of each
+    """The embedding anchor (methods/keep/): a term that keeps the pooled sentence embedding of each
     training example near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
 
     embeddings: float = 0.0  # the term's weight; 0 = off

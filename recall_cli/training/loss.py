@@ -13,7 +13,7 @@ from torch import Tensor
 
 
 class Term(Protocol):
-    """A method's loss term (methods/keep.py's EmbeddingAnchor is one)."""
+    """A method's loss term (methods/keep/term.py's EmbeddingAnchor is one; a method's MethodRun hands it over)."""
 
     name: str  # logged as loss_<name>
     needs_hidden_states: bool
