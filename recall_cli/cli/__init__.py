@@ -335,7 +335,7 @@ register_merge(app)
 from .predict import register as register_predict  # noqa: E402 - recall predict, recall recipes
 
 register_predict(app)
-use_recall_commands(app)  # every command's --help in one style (cli_common.RecallCommand)
+use_recall_commands(app)  # every command's --help in one style (common.RecallCommand)
 
 
 if __name__ == "__main__":  # pragma: no cover

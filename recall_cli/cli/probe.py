@@ -1,7 +1,7 @@
 """`recall probe`: what a fine-tuned model still knows, and `recall tradeoff`: task score against it.
 
-Thin like cli.py: parse, call recall_cli.probes (measurement) or report/probe_tables, probe_plots (reading
-and drawing run directories), print. Library imports stay inside the commands for a fast --help.
+Thin like cli/__init__.py: parse, call recall_cli.probes (measurement) or report/probe_tables, probe_plots
+(reading and drawing run directories), print. Library imports stay inside the commands for a fast --help.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`recall sweep`, `recall forgetting`, `recall compare`: many runs at once, and what to read from them.
 
-Thin like cli.py: parse the arguments, call sweep.py / report/ (tables, figures), and let run_guarded turn
-known errors into one line. The library modules are imported inside the commands so that
+Thin like cli/__init__.py: parse the arguments, call sweep.py / report/ (tables, figures), and let
+run_guarded turn known errors into one line. The library modules are imported inside the commands so that
 `recall --help` does not pay for torch or matplotlib.
 """
 
@@ -29,7 +29,7 @@ REPORT_EXIT_CODES = exit_codes_help({
     ExitCode.INTERRUPTED: 'Ctrl-C',
     ExitCode.PREEMPTED: 'SIGTERM',
 }, joiner={ExitCode.PREEMPTED: ', '})
-# forgetting and tradeoff (cli_probe.py) write a figure: what they print is built first, the figure last.
+# forgetting and tradeoff (probe.py) write a figure: what they print is built first, the figure last.
 FIGURE_EXIT_CODES = exit_codes_help({
     ExitCode.OK: 'ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming it)',
     ExitCode.FAILURE: 'unexpected failure',

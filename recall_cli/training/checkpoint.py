@@ -1,6 +1,6 @@
 """Tensors in the run directory: theta* once per run, atomic checkpoints, and everything exact resume needs.
 
-The folder layout and file names belong to rundir.py; this module writes and reads what is in them.
+The folder layout and file names belong to rundir/layout.py; this module writes and reads what is in them.
 Under torchrun only rank 0 writes; every rank reads last/ on resume, so the directory must be on a
 filesystem that every node sees. Each rank's RNG state is saved (rng_state.pt is rank 0's,
 rng_state_rank<R>.pt the others') because dropout draws differ per rank.
