@@ -27,7 +27,10 @@ The package's rooms, one concern each (everything is importable from ``recall_cl
 
 from .layout import (
     ANCHOR_FILE,
+    BEST_DIR,
+    CHECKPOINTS_DIR,
     CONFIG_FILE,
+    LAST_DIR,
     LP_DIR,
     Located,
     MERGE_RECORD,
@@ -81,7 +84,10 @@ from .lifecycle import (
 
 __all__ = [
     "ANCHOR_FILE",
+    "BEST_DIR",
+    "CHECKPOINTS_DIR",
     "CONFIG_FILE",
+    "LAST_DIR",
     "LOCK_FILE",
     "LP_DIR",
     "Located",

@@ -26,6 +26,7 @@ from ..card import write_card
 from ..errors import RunDirError
 from ..rundir import (
     ANCHOR_FILE,
+    CHECKPOINTS_DIR,
     OPTIMIZER_FILE,
     RNG_FILE,
     TRAINER_STATE_FILE,
@@ -236,7 +237,7 @@ def rotate_step_checkpoints(run_dir: Path, step: int, keep: int, source: Path) -
     """Keep copies of the last ``keep`` checkpoints as checkpoints/step-N (for looking back, not resume)."""
     if keep <= 0:
         return
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINTS_DIR
     folder.mkdir(exist_ok=True)
     with staged_folder(folder / f"step-{step}") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
