@@ -68,7 +68,7 @@ $(GPU_STAMP): pyproject.toml
 gpu-check: $(GPU_STAMP)
 	$(ACTIVATE) python benchmarks/gpu_check.py $(or $(OUT),gpu_check_report)
 
-# The docs site, offline, into site/: the recipe-keys page regenerated from recall_cli/recipe.py, then a strict
+# The docs site, offline, into site/: the recipe-keys page regenerated from recall_cli/recipe/, then a strict
 # build (a broken link, anchor or missing page fails it; mkdocs.yml says how). Installs the docs extra once.
 DOCS_STAMP := $(VENV)/.installed-docs
 .PHONY: docs

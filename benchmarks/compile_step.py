@@ -3,7 +3,7 @@
 One training step as recall takes it (forward and loss, backward, clipping, RecAdam with the pull toward
 θ*) on the quick start's model (all-MiniLM-L6-v2, real weights) or a BERT-base-shaped model built from
 a config, batch --batch-size × --seq-len tokens. Four variants: eager and compiled (recall's own
-compiled step, recall_cli/compiled.py), each in fp32 and bf16 autocast. The compiled variants first pay
+compiled step, recall_cli/training/compiled.py), each in fp32 and bf16 autocast. The compiled variants first pay
 their compile (timed: the first step of each, compute included); then every variant's steps alternate
 in one process, so that drift of the machine hits all alike; the table gives medians and ratios
 measured in this one run, and what a run of --run-steps steps would take with the compile included.

@@ -183,13 +183,14 @@ class SigtermFlag:
 # ---- launching torchrun for the user (`recall finetune --nproc N`) --------------------------------
 
 # Exit codes a worker chooses deliberately; anything else (a crash, a signal) makes the launcher exit 1.
-_PASSED_THROUGH = (ExitCode.USAGE, ExitCode.DIVERGED, ExitCode.PREEMPTED)
+_PASSED_THROUGH = (ExitCode.USAGE, ExitCode.DIVERGED, ExitCode.ENVIRONMENT, ExitCode.PREEMPTED)
 
 
 def launch(nproc: int, args: Sequence[str], preempted_code: int = ExitCode.PREEMPTED) -> int:
     """Run ``python -m recall_cli ARGS`` in ``nproc`` local processes under torchrun's elastic agent
     (what ``torchrun --standalone --nproc_per_node N`` does) and return the exit code to use: the
-    workers' own code for usage errors, divergence and pre-emption, 1 for anything else."""
+    workers' own code for usage errors, divergence, the environment (a full disk) and pre-emption, 1
+    for anything else."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

@@ -1,7 +1,7 @@
 """Every error recall reports to a person, and the one table from error to exit code.
 
 A library module raises one of these with a message that is one line: what is wrong, where, and the
-fix. The CLI (cli_common.run_guarded) prints it and exits with the code the table gives; anything
+fix. The CLI (cli/common.py: run_guarded) prints it and exits with the code the table gives; anything
 else is a bug and exits 1 with its type named (RECALL_DEBUG=1 shows the traceback). Each class keeps
 the builtin base it had before this module existed (ValueError or RuntimeError), so callers that
 catch those still do.

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny pretrained-looking BERT on disk, the bundled GLUE files, recipe writing."""
+"""Shared fixtures: a tiny pretrained-looking BERT on disk, the bundled GLUE files, recipe writing; and the
+guard that keeps the inner loop (`pytest -m "not slow"`) from training in a fixture."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -26,6 +30,68 @@ GLUE = REPO / "data" / "glue"
 
 def minilm_path() -> str:
     return tokenizer_path()
+
+
+# ---- the inner loop trains nothing in set-up ----------------------------------------------------------
+# `pytest -m "not slow"` is the inner loop (README: Development). A module- or session-scoped fixture is
+# set up by the first test that asks for it: when a fixture that trains or starts `recall`/torchrun served
+# a test not marked slow, the inner loop trained anyway (four such set-ups took 4.5 of its 10 minutes on
+# a loaded machine), and nothing in the test said so. So the set-up of every test not marked slow runs
+# with recall's training loop and recall/torchrun processes refused, and fails naming what it started:
+# mark the tests that use the fixture slow, or make the fixture cheap (a hand-made run: make_run).
+# Refused where it happens, not found by reading the fixtures' source: training hides behind helpers,
+# CliRunner and sweeps that a static check would have to follow, and every recall run passes through
+# loop.run (finetune calls it by its module name) and every process through Popen._execute_child. Only
+# set-up is watched: a test whose own body trains shows it where its marker is decided.
+_RECALL_PROGRAMS = {"recall", "torchrun"}
+_RECALL_MODULES = {"recall_cli", "torch.distributed.run"}  # python -m ...
+
+
+def starts_recall(args) -> bool:
+    """Whether a command line (Popen's ``args``) runs recall or torchrun: `recall ...`, `torchrun ...`,
+    `python -m recall_cli ...` or `python -m torch.distributed.run ...` (as the --nproc launcher does)."""
+    argv = shlex.split(os.fsdecode(args)) if isinstance(args, (str, bytes, os.PathLike)) else [os.fsdecode(a) for a in args]
+    modules = {after for before, after in zip(argv, argv[1:]) if before == "-m"}
+    return bool(argv) and (Path(argv[0]).name in _RECALL_PROGRAMS or bool(modules & _RECALL_MODULES))
+
+
+@contextmanager
+def training_refused(who: str):
+    """Within: recall's training loop and any process that runs recall or torchrun fail ``who`` at once.
+    Yields the list of what was refused, so that a failure swallowed on the way up still counts."""
+    from recall_cli.training import loop
+
+    refused: list[str] = []
+    start_process = subprocess.Popen._execute_child
+
+    def refuse(what: str):
+        refused.append(what)
+        pytest.fail(f"{who}: its set-up {what}, but it is not marked slow: mark the tests that use this fixture "
+                    "@pytest.mark.slow, or make the fixture cheap (tests/conftest.py says why)", pytrace=False)
+
+    def run(*args, **kwargs):
+        refuse("trains a model (recall_cli.training.loop.run)")
+
+    def execute_child(self, args, *rest, **kwargs):
+        if starts_recall(args):
+            refuse(f"starts {args if isinstance(args, str) else ' '.join(map(os.fsdecode, args))}")
+        return start_process(self, args, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "run", run)
+        patch.setattr(subprocess.Popen, "_execute_child", execute_child)
+        yield refused
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("slow"):
+        return (yield)
+    with training_refused(item.nodeid) as refused:
+        result = yield
+    if refused:
+        pytest.fail(f"{item.nodeid}: its set-up {refused[0]}, but it is not marked slow", pytrace=False)
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,7 @@ def test_checkpoint_cards_read_back_with_the_hubs_parser(run, name):
     assert {"config.json", "model.safetensors", "README.md"} <= {p.name for p in (run / name).iterdir()}
 
 
+@pytest.mark.slow
 def test_best_card_describes_the_best_step(run):
     summary = json.loads((run / "summary.json").read_text())
     best = summary["best"]["step"]

@@ -1,4 +1,4 @@
-"""The compiled step on CPU (train.compile, recall_cli/compiled.py) and its length buckets
+"""The compiled step on CPU (train.compile, recall_cli/training/compiled.py) and its length buckets
 (task.pad_to_multiple_of): the shapes it sees, what it records, the same training as the eager step,
 resume, and the fallback. The CUDA-graph path is in test_cuda.py."""
 

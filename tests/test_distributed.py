@@ -109,6 +109,7 @@ def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
     assert (runs["two"] / "last" / "rng_state.pt").is_file() and (runs["two"] / "last" / "rng_state_rank1.pt").is_file()
 
 
+@pytest.mark.slow
 def test_only_rank_0_writes_and_reports(runs):
     records = read_metrics(runs["two"])
     keys = [(r["step"], r["split"]) for r in records]
@@ -121,6 +122,7 @@ def test_only_rank_0_writes_and_reports(runs):
     assert "error" not in runs["stderr"].lower()
 
 
+@pytest.mark.slow
 def test_sharded_eval_equals_single_process_scoring_of_the_same_weights(runs):
     """The 2-process run's last eval, recomputed by `recall evaluate` in one process from last/."""
     final = [r for r in read_metrics(runs["two"]) if r["split"] == "eval"][-1]
@@ -130,6 +132,7 @@ def test_sharded_eval_equals_single_process_scoring_of_the_same_weights(runs):
     assert metrics == {k: v for k, v in final.items() if k not in ("step", "split")}
 
 
+@pytest.mark.slow
 def test_resume_with_another_world_size_is_refused(runs):
     result = runner.invoke(app, ["finetune", "--resume", str(runs["two"]), "--plain"])
     assert result.exit_code == 2, result.output

@@ -1,5 +1,5 @@
 """The README and the docs site: the README stays a front page whose links resolve and whose test command is
-CI's; the recipe-keys page is what docs/gen_recipe_keys.py makes of recall_cli/recipe.py; every command line
+CI's; the recipe-keys page is what docs/gen_recipe_keys.py makes of recall_cli/recipe/; every command line
 in the README and the docs names a command, options and recipe keys that exist; the API page covers
 recall_cli.__all__; and (slow) the site builds with mkdocs --strict, where a broken link or anchor fails."""
 
@@ -98,7 +98,7 @@ def test_the_library_examples_are_in_the_readme_once_and_the_docs_include_them()
 
 
 def test_the_recipe_keys_page_is_generated_from_the_schema():
-    """docs/recipe-keys.md is what docs/gen_recipe_keys.py writes from recall_cli/recipe.py (after changing
+    """docs/recipe-keys.md is what docs/gen_recipe_keys.py writes from recall_cli/recipe/ (after changing
     the recipe's fields or checks: python docs/gen_recipe_keys.py)."""
     from recall_cli.recipe import all_keys
 

@@ -75,6 +75,7 @@ def test_run_directory_contract(finished_run, tiny_model_dir):
     assert len(anchors) == len(pretrained) and len(anchors) > 30
 
 
+@pytest.mark.slow
 def test_checkpoints_open_with_from_pretrained(finished_run):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -93,6 +94,7 @@ def test_checkpoints_open_with_from_pretrained(finished_run):
     assert float(distance) == pytest.approx(summary["final_distance"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluate_agrees_with_the_recorded_eval(finished_run):
     result = runner.invoke(app, ["evaluate", str(finished_run), "--json"])
     assert result.exit_code == 0, result.output

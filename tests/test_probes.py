@@ -21,7 +21,7 @@ from recall_cli.probes import (Prober, debiased_cka, drift, linear_cka, load_inp
 from recall_cli.probes.sets import load_pairs
 from recall_cli.testing import tiny_bert_dir
 
-from conftest import minilm_path, tiny_recipe, write_recipe
+from conftest import make_run, minilm_path, tiny_recipe, write_recipe
 
 runner = CliRunner()
 FAST_PROBES = {"num_texts": 24, "num_pairs": 24, "max_length": 32}
@@ -241,6 +241,7 @@ def test_forgetting_compare_and_tradeoff_read_probes(probed_run, tmp_path):
     assert setting["median"][1] == pytest.approx(last["sts_retained"]) and fig.is_file()
 
 
+@pytest.mark.slow
 def test_old_run_without_probe_section_still_reads(probed_run, tmp_path):
     import shutil
 
@@ -275,9 +276,12 @@ def test_old_run_without_probe_section_still_reads(probed_run, tmp_path):
 # ---- recall probe after the fact, and bad input -----------------------------------------------------
 
 
-def test_recall_probe_cli(probed_run, tiny_model_dir, tmp_path):
+def test_recall_probe_cli(tiny_model_dir, tmp_path):
+    """`recall probe RUN REFERENCE`: a run directory (a hand-made one: the tiny encoder plus noise in best/,
+    since probing after the fact reads weights, not training) measured against its pretrained model."""
+    run = make_run(tmp_path, "run", tiny_model_dir, seed=5)
     args = ["--probes", "cka,drift,sts", "--num-texts", "24", "--num-pairs", "24", "--max-length", "32", "--json"]
-    result = runner.invoke(app, ["probe", str(probed_run), str(tiny_model_dir), *args])
+    result = runner.invoke(app, ["probe", str(run), str(tiny_model_dir), *args])
     assert result.exit_code == 0, result.output
     run_row, ref_row = json.loads(result.stdout)
     assert run_row["theta"].endswith("best") and run_row["reference"] == str(tiny_model_dir)

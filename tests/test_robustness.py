@@ -157,3 +157,31 @@ def test_nproc_launcher_exit_code_follows_the_signal(monkeypatch, sig, code):
 
     monkeypatch.setattr(launcher_api, "elastic_launch", fake_elastic_launch)
     assert launch(2, ["finetune", "r.yaml"]) == code
+
+
+@pytest.mark.parametrize("worker_codes, code", [
+    ([2], 2), ([3], 3), ([4], 4), ([143], 143),  # what a worker chooses (usage, diverged, full disk, SIGTERM)
+    ([1], 1), ([7], 1), ([-9], 1),  # a bug, a code recall never chooses, a worker killed by a signal
+    ([4, -15], 4),  # the ranks the agent stopped after the first failure died by its signal: not the cause
+    ([1, 4], 1), ([4, 1], 4),  # the first failure decides
+])
+def test_nproc_launcher_passes_a_workers_chosen_exit_code_through(monkeypatch, worker_codes, code):
+    """A worker stopped by a full disk exits 4 alone: under --nproc the launcher says 4 too, as it does for
+    usage errors, divergence and pre-emption; anything else is a failure (1)."""
+    import torch.distributed.launcher.api as launcher_api
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from recall_cli.distributed import launch
+
+    failures = {}
+    for rank, exitcode in enumerate(worker_codes):
+        failures[rank] = ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file="")
+        failures[rank].timestamp = 1_700_000_000 + rank  # they failed in the order given
+
+    def fake_elastic_launch(config, entrypoint):
+        def run(*args):
+            raise ChildFailedError("recall_cli", failures)
+        return run
+
+    monkeypatch.setattr(launcher_api, "elastic_launch", fake_elastic_launch)
+    assert launch(len(worker_codes), ["finetune", "r.yaml"]) == code

@@ -1,4 +1,4 @@
-"""The run-directory format (recall_cli/rundir.py): one resolver, one summary, one staged writer."""
+"""The run-directory format (recall_cli/rundir/): one resolver, one summary, one staged writer."""
 
 from __future__ import annotations
 

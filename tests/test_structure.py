@@ -1,11 +1,15 @@
 """The house's shape, as benchmarks/structure.py measures it: import arrows point down (no cycles, lazy
-imports included), and the CLI's --help loads no torch."""
+imports included), and the CLI's --help loads no torch; every error type is reached through errors.py."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import io
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -57,3 +61,119 @@ def test_the_recipe_is_read_where_the_run_is_planned():
     walk = s.walk(s.import_graph())
     assert walk["recipe_stays"] <= 40 and walk["recipe_climbs_back_up"] <= 12, walk
     assert walk["recipe_path"][0] == "recall_cli.training.loop"
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (REPO / folder).rglob("*.py"))
+
+
+def test_no_package_re_exports_an_error_type():
+    """errors.py owns every exception type recall reports. A package that re-exported one (report.ReportError,
+    probes.ProbeError, merge.MergeError) gave it a second name: no package lists one in its __all__, and
+    nothing reaches one through a package."""
+    tree = ast.parse((REPO / "recall_cli" / "errors.py").read_text(encoding="utf-8"))
+    error_types = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert {"RecallError", "ReportError", "ProbeError", "MergeError"} <= error_types
+    packages = {"recall_cli"} | {init.parent.name for init in (REPO / "recall_cli").rglob("__init__.py")}
+    found = []
+    for path in python_files("recall_cli", "tests", "docs", "examples", "benchmarks"):
+        where = path.relative_to(REPO)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                source = (node.module or "").split(".")[-1] if node.module else path.parent.name  # from . import X
+                if source in packages:
+                    found += [f"{where}:{node.lineno}: from {node.module} import {a.name}"
+                              for a in node.names if a.name in error_types]
+            elif isinstance(node, ast.Attribute) and node.attr in error_types:
+                if ast.unparse(node.value).split(".")[-1] in packages:
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                found += [f"{where}:{node.lineno}: __all__ lists {e.value}" for e in ast.walk(node.value)
+                          if isinstance(e, ast.Constant) and e.value in error_types and path.name == "__init__.py"]
+    assert found == []
+
+
+# ---- docstrings and comments name files that exist ------------------------------------------------
+
+# A file name: `train_setup.py`, `report/plots.py`, `benchmarks/gpu_check.py` (not a word with a dot in it).
+_PY_FILE = re.compile(r"(?<![\w./-])((?:[a-z_][a-z0-9_]*/)*[a-z_][a-z0-9_]*\.py)\b")
+# A path in the package that is not a .py file (those are above): `recall_cli/optim`, `recall_cli/recipes`.
+_PACKAGE_PATH = re.compile(r"(?<![\w./-])recall_cli/[A-Za-z0-9_./-]*[A-Za-z0-9_]")
+# A dotted name: `recall_cli.merge.run_merge`, `recall_cli.loss_step`.
+_DOTTED = re.compile(r"(?<![\w.])recall_cli(?:\.[A-Za-z_]\w*)+")
+# Files of other projects that recall's docstrings compare against.
+_OUTSIDE = {"run_glue.py"}  # transformers' examples/pytorch/text-classification/run_glue.py
+
+
+def prose(path: Path) -> list[tuple[int, str]]:
+    """The docstrings and comments of a module, with the line each starts on."""
+    source = path.read_text(encoding="utf-8")
+    found = [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+             if token.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def offered(module: Path) -> set[str]:
+    """The names a module defines at its top level, imports, or lists in __all__ (lazy names included)."""
+    names = set()
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                names |= {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
+    return names
+
+
+def missing_names(path: Path, text: str) -> list[str]:
+    """What ``text`` (prose in ``path``) names in the package that is not there."""
+    package = REPO / "recall_cli"
+    missing = []
+    for name in _PY_FILE.findall(text):
+        if name not in _OUTSIDE and not any((base / name).is_file() for base in (path.parent, package, REPO)):
+            missing.append(name)
+    for name in _PACKAGE_PATH.findall(text):
+        if not name.endswith(".py") and not (REPO / name).exists():
+            missing.append(name)
+    for name in _DOTTED.findall(text):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):  # the longest prefix that is a module, then a name it offers
+            folder = REPO.joinpath(*parts[:i])
+            module = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+            if module.is_file():
+                if i < len(parts) and parts[i] not in offered(module):
+                    missing.append(name)
+                break
+        else:
+            missing.append(name)
+    return missing
+
+
+def test_docstrings_and_comments_name_files_that_exist():
+    """A docstring or comment that sends the reader to a file (recipe.py, recall_cli/rundir.py, train_setup.py)
+    must name one that is there: files move (recipe/ became a package), and a stale name misleads."""
+    stale = {(str(path.relative_to(REPO)), line, name)
+             for path in python_files("recall_cli") for line, text in prose(path) for name in missing_names(path, text)}
+    assert sorted(stale) == []
+
+
+def test_stale_names_are_found_and_ordinary_words_are_not():
+    here = REPO / "recall_cli" / "training" / "checkpoint.py"
+    assert missing_names(here, "The layout belongs to rundir.py (see recall_cli/rundir.py and train_setup.py).") == [
+        "rundir.py", "recall_cli/rundir.py", "train_setup.py"]
+    assert missing_names(here, "loop.py, rundir/layout.py, benchmarks/gpu_check.py, recall_cli/probes/, "
+                               "recall_cli/optim and transformers' run_glue.py") == []
+    assert missing_names(here, "recall_cli.loss_step, recall_cli.merge.run_merge, recall_cli.optim.recadam.RecAdam") == []
+    assert missing_names(here, "recall_cli.train.finetune and recall_cli.rundir.layout.nothing_here") == [
+        "recall_cli.train.finetune", "recall_cli.rundir.layout.nothing_here"]
+    # Words with dots are not files: "e.g.", "0.1", "config.yaml", "torch.compile", "self.state[p]".
+    assert missing_names(here, "e.g. 0.1 in config.yaml; torch.compile, self.state[p], a.k.a. x.pyc") == []

@@ -163,6 +163,7 @@ def test_sweep_runs_every_cell_and_indexes_it(real_sweep):
     assert "all 4 cells finished" in result.stdout
 
 
+@pytest.mark.slow
 def test_compare_aggregates_the_real_sweep(real_sweep):
     _, out, _, _ = real_sweep
     finals = {name: json.loads((out / name / "summary.json").read_text())["final"]["main"] for name in CELLS}

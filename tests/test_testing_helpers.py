@@ -1,15 +1,20 @@
 """recall_cli.testing, the tiny-BERT builder the tests and benchmarks share: its heads, config, seeds,
-saved tokenizer, and that no module of recall_cli itself depends on it."""
+saved tokenizer, and that no module of recall_cli itself depends on it; and conftest's guard that keeps
+the set-up of a test not marked slow from training."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from recall_cli.testing import tiny_bert, tiny_bert_dir
+
+from conftest import starts_recall, training_refused
 
 PACKAGE = Path(__file__).resolve().parents[1] / "recall_cli"
 
@@ -68,3 +73,35 @@ def test_no_module_of_recall_cli_imports_it():
     importers = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if path != PACKAGE / "testing.py"
                  and any(m == "recall_cli.testing" or m.startswith("recall_cli.testing.") for m in imported_modules(path))]
     assert importers == []
+
+
+# ---- conftest's guard: a test not marked slow trains nothing in its set-up ----------------------------
+
+
+@pytest.mark.parametrize("args, starts", [
+    (["recall", "finetune", "r.yaml"], True),
+    ([Path("/venv/bin/recall"), "sweep", "s.yaml"], True),
+    ("torchrun --nproc_per_node 2 -m recall_cli finetune r.yaml", True),
+    ([sys.executable, "-m", "recall_cli", "finetune", "r.yaml", "--plain"], True),  # a sweep's cell
+    ([sys.executable, "-u", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "x.py"], True),
+    ([sys.executable, "-c", "import recall_cli"], False),
+    (["mount", "-t", "tmpfs", "-o", "size=26M", "tmpfs", "/tmp/recall"], False),
+    (["git", "log", "--grep", "recall"], False),  # a word in the arguments is not the program
+])
+def test_which_command_lines_run_recall(args, starts):
+    assert starts_recall(args) is starts
+
+
+def test_set_up_that_trains_or_starts_recall_is_refused():
+    from recall_cli.training import loop
+
+    real_run, real_start = loop.run, subprocess.Popen._execute_child
+    with training_refused("tests/test_x.py::test_y") as refused:
+        with pytest.raises(pytest.fail.Exception, match=r"^tests/test_x.py::test_y: its set-up trains a model"):
+            loop.run(None, None, None)
+        with pytest.raises(pytest.fail.Exception, match=r"its set-up starts \S+ -m recall_cli finetune r.yaml, but"):
+            subprocess.run([sys.executable, "-m", "recall_cli", "finetune", "r.yaml"], capture_output=True)
+        other = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True, check=True)
+        assert other.stdout == "42\n"
+    assert len(refused) == 2
+    assert loop.run is real_run and subprocess.Popen._execute_child is real_start  # put back on the way out

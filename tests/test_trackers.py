@@ -188,6 +188,7 @@ def test_tensorboard_holds_the_curves_recipe_summary_and_figures(tracked_run):
     assert probes[0].step == 8 and probes[0].width > 0
 
 
+@pytest.mark.slow
 def test_mlflow_holds_the_curves_params_summary_and_figures(tracked_run):
     client = mlflow_client()
     run = client.get_run(saved_state(tracked_run)["mlflow"]["run_id"])
@@ -205,6 +206,7 @@ def test_mlflow_holds_the_curves_params_summary_and_figures(tracked_run):
     assert figures == {"figures/forgetting.png", "figures/probes.png"}
 
 
+@pytest.mark.slow
 def test_wandb_offline_holds_the_curves_config_summary_and_figures(tracked_run, stores):
     state = saved_state(tracked_run)["wandb"]
     (records,) = wandb_records(stores, state["id"])

@@ -1,4 +1,4 @@
-"""The training step as a function of the set-up run (recall_cli/train.py, train_setup.py)."""
+"""The training step as a function of the set-up run (recall_cli/training/loop.py, setup.py)."""
 
 from __future__ import annotations
 

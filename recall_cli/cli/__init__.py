@@ -121,9 +121,9 @@ def finetune(
     def stopped() -> str:
         """What Ctrl-C or SIGTERM leaves, in the hint's words: a checkpoint to continue from (one this
         command saved, or the one --resume started from), or nothing."""
-        from ..rundir import TRAINER_STATE_FILE, find_checkpoint
+        from ..rundir import LAST_DIR, TRAINER_STATE_FILE, find_checkpoint
 
-        last = find_checkpoint(started[0], "last") if started else None
+        last = find_checkpoint(started[0], LAST_DIR) if started else None
         if last is not None and (resume is not None or (last / TRAINER_STATE_FILE).stat().st_mtime >= began):
             return f"continue with `recall finetune --resume {started[0]}`"
         if started and started[0].is_dir() and resume is None and last is None:
@@ -330,7 +330,7 @@ register_merge(app)
 from .predict import register as register_predict  # noqa: E402 - recall predict, recall recipes
 
 register_predict(app)
-use_recall_commands(app)  # every command's --help in one style (cli_common.RecallCommand)
+use_recall_commands(app)  # every command's --help in one style (common.RecallCommand)
 
 
 if __name__ == "__main__":  # pragma: no cover

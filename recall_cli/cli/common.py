@@ -1,6 +1,6 @@
 """What every `recall` command shares: exit codes, the one-line error boundary, common options.
 
-Command groups live in their own modules (cli.py: finetune/evaluate; cli_runs.py: sweep/forgetting/
+Command groups live in their own modules (__init__.py: finetune/evaluate; runs.py: sweep/forgetting/
 compare) and all report errors through ``run_guarded`` so that every command fails the same way.
 """
 

@@ -1,4 +1,4 @@
-"""`recall merge`: thin like cli.py. Parse, call recall_cli.merge.run_merge, print the weight table
+"""`recall merge`: thin like cli/__init__.py. Parse, call recall_cli.merge.run_merge, print the weight table
 (and with --evaluate the individual-vs-merged scores), and let run_guarded turn known errors into one line.
 
 The merge methods' options are not written here: each method declares its own (recall_cli/merge/), and

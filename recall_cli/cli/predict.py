@@ -1,5 +1,6 @@
 """`recall predict` (predictions for a GLUE test or dev split, or a file of your own) and `recall recipes`
-(the shipped recipes: list, show, copy). Thin like cli.py: parse, call recall_cli.predict, print one line.
+(the shipped recipes: list, show, copy). Thin like cli/__init__.py: parse, call recall_cli.predict, print one
+line.
 
 The shipped recipes travel in the wheel as package data: recall_cli/recipes is a link to the repository's
 recipes/ folder, which the build copies into the wheel and sdist (pyproject's package-data), so that

@@ -1,7 +1,7 @@
 """`recall probe`: what a fine-tuned model still knows, and `recall tradeoff`: task score against it.
 
-Thin like cli.py: parse, call recall_cli.probes (measurement) or report/probe_tables, probe_plots (reading
-and drawing run directories), print. Library imports stay inside the commands for a fast --help.
+Thin like cli/__init__.py: parse, call recall_cli.probes (measurement) or report/probe_tables, probe_plots
+(reading and drawing run directories), print. Library imports stay inside the commands for a fast --help.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import ExitCode, exit_codes_help
+from ..errors import ExitCode, ReportError, exit_codes_help
 from ..names import PROBE_NAMES
 from .common import JsonOpt, check_device, dumps_json, run_guarded
 
@@ -107,9 +107,9 @@ def tradeoff(
         if within is not None:
             check_within(within)
         if select_on not in SELECT_ON:
-            raise report.ReportError(f"unknown --select-on {select_on!r}: choose dev (the default) or holdout")
+            raise ReportError(f"unknown --select-on {select_on!r}: choose dev (the default) or holdout")
         if select_on == "holdout" and within is None:
-            raise report.ReportError("--select-on holdout chooses with --within W: give the margin, e.g. --within 1.0")
+            raise ReportError("--select-on holdout chooses with --within W: give the margin, e.g. --within 1.0")
         check_level(ci)
         warn = lambda m: typer.echo(f"warning: {m}", err=True)
         runs = report.load_runs(run_dir, warn=warn)

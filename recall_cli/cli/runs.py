@@ -1,7 +1,7 @@
 """`recall sweep`, `recall forgetting`, `recall compare`: many runs at once, and what to read from them.
 
-Thin like cli.py: parse the arguments, call sweep.py / report/ (tables, figures), and let run_guarded turn
-known errors into one line. The library modules are imported inside the commands so that
+Thin like cli/__init__.py: parse the arguments, call sweep.py / report/ (tables, figures), and let
+run_guarded turn known errors into one line. The library modules are imported inside the commands so that
 `recall --help` does not pay for torch or matplotlib.
 """
 
@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import ExitCode, exit_codes_help
+from ..errors import ExitCode, ReportError, exit_codes_help
 from .common import dumps_json, fail, run_guarded
 
 SWEEP_EXIT_CODES = exit_codes_help({
@@ -29,7 +29,7 @@ REPORT_EXIT_CODES = exit_codes_help({
     ExitCode.INTERRUPTED: 'Ctrl-C',
     ExitCode.PREEMPTED: 'SIGTERM',
 }, joiner={ExitCode.PREEMPTED: ', '})
-# forgetting and tradeoff (cli_probe.py) write a figure: what they print is built first, the figure last.
+# forgetting and tradeoff (probe.py) write a figure: what they print is built first, the figure last.
 FIGURE_EXIT_CODES = exit_codes_help({
     ExitCode.OK: 'ok (a summary.json or metrics.jsonl record that cannot be read is skipped with a warning naming it)',
     ExitCode.FAILURE: 'unexpected failure',
@@ -188,13 +188,13 @@ def compare(
         from ..report.intervals import check_level
 
         if fmt not in report.FORMATS:
-            raise report.ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
+            raise ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
         if labels is not None and labels not in LABEL_CHOICES:
-            raise report.ReportError(f"unknown --labels {labels!r}: choose names (the legends' words for a setting) "
-                                     "or keys (the grouping keys spelled out)")
+            raise ReportError(f"unknown --labels {labels!r}: choose names (the legends' words for a setting) "
+                              "or keys (the grouping keys spelled out)")
         check_level(ci)
         if ci != 0.95 and against is None:
-            raise report.ReportError("--ci sets the level of --against's intervals: give --against SETTING too")
+            raise ReportError("--ci sets the level of --against's intervals: give --against SETTING too")
         runs = report.load_runs(run_dir, warn=_warn)
         runs = report.filter_runs(runs, list(where or []))
         chosen = [item.strip() for item in stats.split(",") if item.strip()] if stats else None

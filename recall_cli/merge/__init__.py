@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .io import Source
 
 __all__ = [
-    "MERGE_RECORD", "METHODS", "MergeError", "MergeMethod", "MergeResult", "Merged", "MethodSpec", "Option",
+    "MERGE_RECORD", "METHODS", "MergeMethod", "MergeResult", "Merged", "MethodSpec", "Option",
     "Source", "known_options", "merge", "method_spec", "open_sources", "parse_options", "run_merge", "score_outputs",
 ]
 

@@ -22,13 +22,13 @@ import torch
 from safetensors.torch import save_file
 
 from .. import card
+from ..errors import MergeError
 from ..rundir import MERGE_RECORD, dumps_strict, staged_folder
 from .base import MergeMethod
 from .io import (
     SOURCE_RECIPE_FILE,
     WEIGHTS_FILE,
     ThetaStar,
-    MergeError,
     Source,
     theta_star_from_model,
     theta_star_of,

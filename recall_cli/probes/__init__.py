@@ -7,8 +7,7 @@ training loop.
 
 from .measures import debiased_cka, drift, linear_cka, mean_pool, spearman, unbiased_hsic
 from .runner import Prober, load_inputs, load_mlm_head, prober_for_run
-from ..errors import ProbeError
 from .sets import load_pairs, load_texts
 
-__all__ = ["Prober", "ProbeError", "debiased_cka", "drift", "linear_cka", "load_inputs", "load_mlm_head",
+__all__ = ["Prober", "debiased_cka", "drift", "linear_cka", "load_inputs", "load_mlm_head",
            "load_pairs", "load_texts", "mean_pool", "prober_for_run", "spearman", "unbiased_hsic"]

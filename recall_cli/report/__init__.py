@@ -20,7 +20,6 @@ from their own modules, so reading runs stays light.
 
 from __future__ import annotations
 
-from ..errors import ReportError
 from .comparison import (
     AT,
     GLUE_TRAIN_SIZES,
@@ -67,7 +66,7 @@ __all__ = [
     "AT", "FORMATS", "GLUE_TRAIN_SIZES", "LABEL_NAMES", "LOWER_IS_BETTER", "METHOD_NAMES",
     "NOT_SETTINGS", "PRESETS", "PROBE_MEASURES", "RAW_MEASURES", "RUN_MEASURES",
     "SHORT_KEYS", "SMALL_TASK_LIMIT", "STATS", "TASK_TITLES", "Cell", "Comparison", "CurveGroup", "Group",
-    "ReportError", "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",
+    "Run", "compare", "constant_prediction", "dev_label_shares", "differing_keys", "filter_runs",
     "forgetting_groups", "forgetting_plain", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",
     "read_run", "render", "resolve_key", "rich_table", "title", "to_csv", "to_records",
 ]

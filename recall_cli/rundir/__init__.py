@@ -13,7 +13,7 @@ Four kinds of folder hold weights, or name them, and every command resolves a pa
 no weights, it names the checkpoint it scored), a merge output (`recall merge`: DIR/<name>/ beside
 DIR/merge.json) and a bare checkpoint (any save_pretrained folder, inside a run or not).
 
-Everything here is torch-free; checkpoint.py writes the tensors into the folders this module stages.
+Everything here is torch-free; training/checkpoint.py writes the tensors into the folders this module stages.
 
 The package's rooms, one concern each (everything is importable from ``recall_cli.rundir``):
 
@@ -27,7 +27,10 @@ The package's rooms, one concern each (everything is importable from ``recall_cl
 
 from .layout import (
     ANCHOR_FILE,
+    BEST_DIR,
+    CHECKPOINTS_DIR,
     CONFIG_FILE,
+    LAST_DIR,
     LP_DIR,
     Located,
     MERGE_RECORD,
@@ -81,7 +84,10 @@ from .lifecycle import (
 
 __all__ = [
     "ANCHOR_FILE",
+    "BEST_DIR",
+    "CHECKPOINTS_DIR",
     "CONFIG_FILE",
+    "LAST_DIR",
     "LOCK_FILE",
     "LP_DIR",
     "Located",

@@ -17,6 +17,9 @@ ANCHOR_FILE = "anchor.safetensors"  # theta* (`theta_star` in the code); the fil
 TRAINER_STATE_FILE = "trainer_state.json"  # in last/: its presence marks a complete checkpoint
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng_state.pt"
+BEST_DIR = "best"  # the weights of the best dev evaluation
+LAST_DIR = "last"  # the latest save: weights plus everything --resume reads
+CHECKPOINTS_DIR = "checkpoints"  # step-N copies of last/ (train.keep_last)
 LP_DIR = "lp"  # LP-FT: the head fitted on the frozen encoder (train.linear_probe_steps)
 MODEL_CONFIG_FILE = "config.json"  # what makes a folder a save_pretrained checkpoint
 MERGE_RECORD = "merge.json"
@@ -58,7 +61,7 @@ def locate(path: str | Path) -> Located:
     if not path.exists():
         raise RunDirError(f"{path}: no such run directory or checkpoint folder (check the path)")
     if (path / CONFIG_FILE).is_file():
-        folder = find_checkpoint(path, "best") or find_checkpoint(path, "last")
+        folder = find_checkpoint(path, BEST_DIR) or find_checkpoint(path, LAST_DIR)
         if folder is None:
             raise RunDirError(no_checkpoint_message(path))
         return Located(path, "run", folder, run_dir=path)
@@ -76,10 +79,10 @@ def locate(path: str | Path) -> Located:
     return Located(path, "checkpoint", path)
 
 
-def find_checkpoint(run_dir: Path, name: str = "last") -> Path | None:
+def find_checkpoint(run_dir: Path, name: str = LAST_DIR) -> Path | None:
     """RUN/name, or RUN/name.old when a kill fell between the two renames of a save."""
     for candidate in (run_dir / name, _old(run_dir / name)):
-        if (candidate / TRAINER_STATE_FILE).is_file() or (name != "last" and (candidate / MODEL_CONFIG_FILE).is_file()):
+        if (candidate / TRAINER_STATE_FILE).is_file() or (name != LAST_DIR and (candidate / MODEL_CONFIG_FILE).is_file()):
             return candidate
     return None
 

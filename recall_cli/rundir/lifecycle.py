@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import RunDirError
-from .layout import ANCHOR_FILE, METRICS_FILE, OPTIMIZER_FILE, SUMMARY_FILE, _old, is_run_dir
+from .layout import (ANCHOR_FILE, BEST_DIR, CHECKPOINTS_DIR, LAST_DIR, LP_DIR, METRICS_FILE, OPTIMIZER_FILE, SUMMARY_FILE,
+                     _old, is_run_dir)
 from .metrics import read_metrics
 from .writing import check_writable
 
@@ -20,12 +21,13 @@ def keep_final(run_dir: Path) -> int:
     merges read (last/'s optimizer and RNG state, anchor.safetensors, checkpoints/); returns the bytes
     freed. last/trainer_state.json stays: it is small, and says where the run ended."""
     freed = 0
-    doomed = [run_dir / ANCHOR_FILE, *sorted((run_dir / "last").glob("rng_state*.pt")), run_dir / "last" / OPTIMIZER_FILE]
+    last = run_dir / LAST_DIR
+    doomed = [run_dir / ANCHOR_FILE, *sorted(last.glob("rng_state*.pt")), last / OPTIMIZER_FILE]
     for path in doomed:
         if path.is_file():
             freed += path.stat().st_size
             path.unlink()
-    steps = run_dir / "checkpoints"
+    steps = run_dir / CHECKPOINTS_DIR
     if steps.is_dir():
         freed += sum(p.stat().st_size for p in steps.rglob("*") if p.is_file())
         shutil.rmtree(steps)
@@ -35,13 +37,13 @@ def keep_final(run_dir: Path) -> int:
 def saved_before(run_dir: Path) -> str | None:
     """What shows that ``run_dir`` completed a save (a checkpoint, a summary, an evaluation): a run
     that --resume must not start over. None for a run stopped before its first save."""
-    for name in ("best", "last", "lp"):
+    for name in (BEST_DIR, LAST_DIR, LP_DIR):
         if (run_dir / name).is_dir() or _old(run_dir / name).is_dir():
             return f"{name}/"
     if (run_dir / SUMMARY_FILE).is_file():
         return SUMMARY_FILE
-    if (run_dir / "checkpoints").is_dir():
-        return "checkpoints/"
+    if (run_dir / CHECKPOINTS_DIR).is_dir():
+        return f"{CHECKPOINTS_DIR}/"
     if any(r.get("split") == "eval" for r in read_metrics(run_dir)):
         return f"the evaluations in {METRICS_FILE}"
     return None
@@ -49,7 +51,7 @@ def saved_before(run_dir: Path) -> str | None:
 
 def remove_stale_staging(run_dir: Path) -> None:
     """Staging folders of saves that a kill interrupted (last/, best/, and the checkpoints/ copies)."""
-    for path in [*run_dir.glob(".*.tmp-*"), *run_dir.glob("checkpoints/.*.tmp-*")]:
+    for path in [*run_dir.glob(".*.tmp-*"), *run_dir.glob(f"{CHECKPOINTS_DIR}/.*.tmp-*")]:
         shutil.rmtree(path, ignore_errors=True)
 
 

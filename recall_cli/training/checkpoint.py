@@ -1,6 +1,6 @@
 """Tensors in the run directory: theta* once per run, atomic checkpoints, and everything exact resume needs.
 
-The folder layout and file names belong to rundir.py; this module writes and reads what is in them.
+The folder layout and file names belong to rundir/layout.py; this module writes and reads what is in them.
 Under torchrun only rank 0 writes; every rank reads last/ on resume, so the directory must be on a
 filesystem that every node sees. Each rank's RNG state is saved (rng_state.pt is rank 0's,
 rng_state_rank<R>.pt the others') because dropout draws differ per rank.
@@ -26,6 +26,7 @@ from ..card import write_card
 from ..errors import RunDirError
 from ..rundir import (
     ANCHOR_FILE,
+    CHECKPOINTS_DIR,
     OPTIMIZER_FILE,
     RNG_FILE,
     TRAINER_STATE_FILE,
@@ -234,7 +235,7 @@ def rotate_step_checkpoints(run_dir: Path, step: int, keep: int, source: Path) -
     """Keep copies of the last ``keep`` checkpoints as checkpoints/step-N (for looking back, not resume)."""
     if keep <= 0:
         return
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINTS_DIR
     folder.mkdir(exist_ok=True)
     with staged_folder(folder / f"step-{step}") as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)

@@ -1,4 +1,4 @@
-"""The fine-tuning loop: set-up (train_setup.py), one step, and the loop around it; the same path on
+"""The fine-tuning loop: set-up (setup.py), one step, and the loop around it; the same path on
 CPU and CUDA.
 
 Order of one optimizer step (as in nanoGPT): set lr -> micro-steps (forward, scaled backward) ->

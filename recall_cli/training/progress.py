@@ -1,4 +1,4 @@
-"""What the training loop reports: the interface a person's screen or a log implements (console.py),
+"""What the training loop reports: the interface a person's screen or a log implements (cli/console.py),
 and the running window that a train record of metrics.jsonl averages over.
 
 Torch-free: the loop hands over plain numbers.
