@@ -23,11 +23,10 @@ from pathlib import Path
 
 import torch
 
-from recall_cli import data
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.probes.runner import prober_for_run
 from recall_cli.recipe import load_recipe
-from recall_cli.data import BatchOrder
+from recall_cli.tasks.batches import BatchOrder, collate
 from recall_cli.training.setup import build_optimizer, load_task_data, plan_total_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +63,7 @@ def main() -> None:
     def train_step() -> float:
         nonlocal micro
         t = time.perf_counter()
-        batch = data.collate(task.train, order.batch(micro), pad)
+        batch = collate(task.train, order.batch(micro), pad)
         micro += 1
         loss = model(**batch).loss
         loss.backward()

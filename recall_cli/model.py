@@ -122,7 +122,7 @@ def model_in_cache(repo_id: str) -> bool:
 
 
 def _glue_in_cache() -> bool:
-    """Whether nyu-mll/glue (data.py's hub copy of GLUE) was ever downloaded into the caches."""
+    """Whether nyu-mll/glue (tasks/glue.py: the hub's copy of GLUE) was ever downloaded into the caches."""
     from huggingface_hub import constants
 
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()

@@ -84,15 +84,15 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 def load_rows(task_cfg: Any, split: str | Path) -> Rows:
     """The rows of ``split`` for the task ``task_cfg`` describes (see the module's docstring)."""
-    from . import data
+    from .tasks import load_split, task_spec
 
-    spec = data.task_spec(task_cfg)
+    spec = task_spec(task_cfg)
     if isinstance(split, Path):
         return _user_file(spec, split)
     if split.startswith("dev"):
         if split != "dev" and split not in spec.dev_splits:
             raise DataError(f"task {spec.name} has no split '{split}': use test, dev or a file of your own")
-        examples = data.load_split(task_cfg, split, task_cfg.max_eval_examples)
+        examples = load_split(task_cfg, split, task_cfg.max_eval_examples)
         return Rows(examples.texts, [str(i) for i in range(len(examples))], list(examples.labels), examples.source)
     if spec.name == "custom":
         raise DataError("a custom task has no test split: predict your own file with --split FILE (.csv, .tsv or .jsonl)")
@@ -135,7 +135,7 @@ def _pick_text_columns(source: Path | str, names: list[str], spec: Any, where: s
 
 
 def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
-    from .data import _check_width, _delimited_rows, _read_text
+    from .tasks.files import check_width, delimited_rows, read_text
 
     path = data_dir / f"{split}.tsv"
     folder = spec.folder
@@ -144,7 +144,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
             f"{path}: no such file: the GLUE {folder} folder has no {split} split (the copies in data/glue/ "
             f"ship none): put GLUE's {folder}/{split}.tsv there, or point --data-dir at a folder that has it, "
             "or predict a file of your own with --split FILE")
-    rows = _delimited_rows(path, _read_text(path, "check --data-dir"), "\t", csv.QUOTE_NONE)
+    rows = delimited_rows(path, read_text(path, "check --data-dir"), "\t", csv.QUOTE_NONE)
     try:
         _, header = next(rows)
     except StopIteration:
@@ -156,7 +156,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
     texts: list[tuple[str, ...]] = []
     index: list[str] = []
     for line, row in rows:
-        _check_width(path, line, row, len(header), "tab-separated")
+        check_width(path, line, row, len(header), "tab-separated")
         texts.append(tuple(row[i] for i in text_cols))
         index.append(row[index_col].strip() if index_col is not None else str(len(index)))
     if not texts:
@@ -188,21 +188,21 @@ def _glue_test_hub(spec: Any, split: str) -> Rows:
 def _user_file(spec: Any, path: Path) -> Rows:
     """A user's .csv/.tsv/.jsonl: the task's text columns (any header style of _text_column_choices)
     and, optionally, its label column (the task's label field, or "label")."""
-    from .data import _check_width, _delimited_rows, _json_scalar, _read_text, jsonl_objects
+    from .tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
 
     suffix = path.suffix.lower()
-    text = _read_text(path, "check the --split path")
+    text = read_text(path, "check the --split path")
     records: list[tuple[int, dict[str, str]]] = []
     if suffix == ".jsonl":
         for line, record in jsonl_objects(path, text):
-            records.append((line, {k: _json_scalar(v, path, line, k) for k, v in record.items()
+            records.append((line, {k: json_scalar(v, path, line, k) for k, v in record.items()
                                    if not isinstance(v, (list, dict))}))
         if not records:
             raise DataError(f"{path}: no examples found: write one JSON object per line")
         columns = _pick_text_columns(path, list(records[0][1]), spec, f"line {records[0][0]}")
     else:
         delimiter, quoting, what = ("\t", csv.QUOTE_NONE, "tab-separated") if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL, "comma-separated")
-        rows = _delimited_rows(path, text, delimiter, quoting)
+        rows = delimited_rows(path, text, delimiter, quoting)
         try:
             _, header = next(rows)
         except StopIteration:
@@ -210,7 +210,7 @@ def _user_file(spec: Any, path: Path) -> Rows:
         names = [h.strip() for h in header]
         columns = _pick_text_columns(path, names, spec, "line 1")
         for line, row in rows:
-            _check_width(path, line, row, len(header), what)
+            check_width(path, line, row, len(header), what)
             records.append((line, dict(zip(names, row))))
         if not records:
             raise DataError(f"{path}: no examples found: the file needs at least one row under its header")
@@ -343,10 +343,11 @@ def predict_to_file(
 ) -> dict[str, Any]:
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
     ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
-    from . import data
     from .evaluate import checkpoint_task, predict
     from .model import load_checkpoint_model, load_tokenizer
     from .runtime import autocast_for, resolve_device
+    from .tasks import Examples, task_spec
+    from .tasks.batches import tokenize
 
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
@@ -355,14 +356,14 @@ def predict_to_file(
     check_out(out, overwrite)
     scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
-    spec = data.task_spec(task_cfg)
+    spec = task_spec(task_cfg)
     rows = load_rows(task_cfg, which)
     dev_device = resolve_device(device, option="--device")
 
     model = load_checkpoint_model(folder)
     tokenizer = load_tokenizer(str(folder))
     placeholder = [0.0 if spec.is_regression else 0] * len(rows)
-    features = data.tokenize(data.Examples(rows.texts, placeholder, rows.source), tokenizer, task_cfg.max_seq_length)
+    features = tokenize(Examples(rows.texts, placeholder, rows.source), tokenizer, task_cfg.max_seq_length)
     precision = run_precision(recipe, scored.run_dir, folder, dev_device)
     if batch_size is None:
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64

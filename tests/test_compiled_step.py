@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from recall_cli.training import compiled, loop as train
 from recall_cli.cli import app
-from recall_cli.data import collate, padded_length, tokenize, load_split
+from recall_cli.tasks import load_split
+from recall_cli.tasks.batches import collate, padded_length, tokenize
 from recall_cli.errors import CompileError
 from recall_cli.recipe import load_recipe
 from recall_cli.rundir import read_metrics
@@ -126,7 +127,7 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
     length a row could make), the micro-batches left, and the layers from the model's config."""
     from transformers import AutoTokenizer
 
-    from recall_cli.data import BatchOrder
+    from recall_cli.tasks.batches import BatchOrder
     from recall_cli.recipe import recipe_from_dict
     from recall_cli.training.setup import load_task_data
 

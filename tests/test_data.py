@@ -12,15 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from recall_cli.data import (
-    DataError,
-    Examples,
-    Features,
-    collate,
-    load_split,
-    task_spec,
-    tokenize,
-)
+from recall_cli.errors import DataError
+from recall_cli.tasks import Examples, Features, load_split, task_spec
+from recall_cli.tasks.batches import collate, tokenize
 from recall_cli.names import TASKS as GLUE_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +32,7 @@ def glue_dir() -> Path:
 
 
 def cfg(name: str, **overrides) -> SimpleNamespace:
-    """A task config with every attribute data.py may read, as the real config object has."""
+    """A task config with every attribute the tasks package may read, as the real config object has."""
     values = dict(
         name=name,
         data_dir=None,

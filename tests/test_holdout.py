@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from recall_cli.cli import app
 from recall_cli.errors import DataError
-from recall_cli.holdout import holdout_split
+from recall_cli.tasks.holdout import holdout_split
 from recall_cli.recipe import build_recipe
 
 from conftest import tiny_recipe, write_recipe

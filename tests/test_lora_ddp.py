@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import data
+from recall_cli.tasks.batches import collate
 from recall_cli.cli import app
 from recall_cli.methods import lora
 from recall_cli.model import build_model, load_tokenizer
@@ -104,7 +104,7 @@ def mrpc_batch(model_dir: Path, rows: int = 24) -> dict[str, torch.Tensor]:
     recipe = recipe_from_dict(tiny_recipe(model_dir, model_dir / "unused"), "batch")
     tokenizer = load_tokenizer(str(model_dir))
     dev = load_task_data(recipe, tokenizer).dev["dev"]
-    batch = data.collate(dev, list(range(rows)), tokenizer.pad_token_id, None, recipe.task.max_seq_length)
+    batch = collate(dev, list(range(rows)), tokenizer.pad_token_id, None, recipe.task.max_seq_length)
     batch.pop("labels")
     assert batch["attention_mask"].sum() < batch["attention_mask"].numel()  # some rows are padded
     return batch

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import data
+from recall_cli.tasks.batches import collate
 from recall_cli.cli import app
 from recall_cli.methods import active_methods, method_block
 from recall_cli.methods.keep import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
@@ -271,7 +271,7 @@ def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_d
     # The cache rows are theta*'s pooled embeddings, row i for example i, whatever the batching.
     reference = theta_star_copy(moved, theta_star)
     rows = [5, 0, 77]
-    batch = data.collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
+    batch = collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
     batch.pop("labels")
     with torch.no_grad():
         pooled = pool(reference(**batch, output_hidden_states=True).hidden_states[-1], batch["attention_mask"], "mean")
@@ -356,7 +356,7 @@ def embedding_drift(run_dir: Path, recipe: dict) -> float:
     def batches():
         for start in range(0, len(rows), 32):
             indices = list(range(start, min(start + 32, len(rows))))
-            batch = data.collate(rows, indices, tokenizer.pad_token_id, None, r.task.max_seq_length)
+            batch = collate(rows, indices, tokenizer.pad_token_id, None, r.task.max_seq_length)
             batch.pop("labels")
             yield indices, batch
 

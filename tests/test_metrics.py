@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from recall_cli.metrics import compute_metrics
+from recall_cli.tasks.metrics import compute_metrics
 from recall_cli.names import TASKS as GLUE_TASKS
 from recall_cli.names import custom_task
 

@@ -19,8 +19,8 @@ def test_registry_imports_nothing_heavy():
 
 
 def test_every_task_loads_and_scores_as_its_entry_says():
-    from recall_cli.data import task_spec
-    from recall_cli.metrics import compute_metrics
+    from recall_cli.tasks import task_spec
+    from recall_cli.tasks.metrics import compute_metrics
     from recall_cli.recipe import TaskConfig
     from recall_cli.recipe.checks import GLUE_TASK_NAMES  # what the recipe checks a task name against
 

@@ -92,7 +92,7 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     import torch
     from transformers import AutoModel
 
-    from ..data import collate
+    from ..tasks.batches import collate
     from ..model import quiet_transformers
 
     quiet_transformers()
@@ -186,7 +186,8 @@ def recall_weights(
     import numpy as np
     import torch
 
-    from ..data import Examples, tokenize
+    from ..tasks import Examples
+    from ..tasks.batches import tokenize
     from ..model import load_tokenizer
 
     temperature = check_temperature(temperature)

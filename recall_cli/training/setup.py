@@ -22,19 +22,20 @@ from typing import Any
 
 import torch
 
-from .. import data, rundir, trackers
-from ..data import BatchOrder
+from .. import rundir, trackers
 from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
 from ..methods import lpft
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
-from ..holdout import holdout_split
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
 from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
+from ..tasks import Examples, Features, load_split, task_spec
+from ..tasks.batches import BatchOrder, padded_length, subset, tokenize
+from ..tasks.holdout import holdout_split
 from . import checkpoint, compiled, methods, preflight
 from .checkpoint import TrainerState
 from .loss import Term
@@ -44,31 +45,31 @@ from .progress import Reporter
 @dataclass
 class TaskData:
     spec: Task
-    train: data.Features
-    dev: dict[str, data.Features]
-    holdout: data.Features | None = None  # task.holdout's rows, taken out of train
+    train: Features
+    dev: dict[str, Features]
+    holdout: Features | None = None  # task.holdout's rows, taken out of train
     sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
 
     @property
-    def chooses_on(self) -> dict[str, data.Features]:
+    def chooses_on(self) -> dict[str, Features]:
         """What evaluations during training score, and best/ is chosen by: the holdout, else dev."""
         return {"holdout": self.holdout} if self.holdout is not None else self.dev
 
 
 def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     cfg = recipe.task
-    spec = data.task_spec(cfg)
+    spec = task_spec(cfg)
 
-    def features(examples: data.Examples) -> data.Features:
-        return data.tokenize(examples, tokenizer, cfg.max_seq_length)
+    def features(examples: Examples) -> Features:
+        return tokenize(examples, tokenizer, cfg.max_seq_length)
 
-    examples = data.load_split(cfg, "train", cfg.max_train_examples)
+    examples = load_split(cfg, "train", cfg.max_train_examples)
     train, sentences = features(examples), [text for row in examples.texts for text in row]
-    dev = {split: features(data.load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
+    dev = {split: features(load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
         return TaskData(spec, train, dev, sentences=sentences)
     kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.is_regression)
-    return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held), sentences=sentences)
+    return TaskData(spec, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -362,7 +363,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         lpft.freeze_encoder(model)
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     task_cfg = recipe.task
-    buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
+    buckets = sorted({padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
                       for ids in p.task.train.input_ids})
     forward = (compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode
                else ddp_model)

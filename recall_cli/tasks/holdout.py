@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import DataError
+from ..errors import DataError
 
 HOLDOUT_SEED = 20_260_425  # fixed: every run of a task, whatever its train.seed, holds out the same rows
 

@@ -16,7 +16,7 @@ from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 if TYPE_CHECKING:
-    from .names import Task
+    from ..names import Task
 
 
 def compute_metrics(task: Task, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
