@@ -186,13 +186,13 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled
     from transformers.utils import logging as hf_logging
 
     from recall_cli import tasks
-    from recall_cli.tasks.batches import tokenize
     from recall_cli.recipe import recipe_from_dict
 
     hf_logging.set_verbosity_error()
     recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    features = tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    task = tasks.task_for(recipe.task)
+    features = task.tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     if args.data == "full":
         assert all(len(ids) == args.seq_len for ids in features.input_ids), "every example fills max_seq_length"
     rows = []
@@ -208,7 +208,7 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled
             clock.tick()
 
     torch.manual_seed(1)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=tasks.task_spec(recipe.task).num_labels)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=task.num_labels)
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
@@ -231,16 +231,15 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from recall_cli import tasks
-    from recall_cli.tasks.batches import collate, tokenize
     from recall_cli.recipe import recipe_from_dict
 
     recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    features = tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    task = tasks.task_for(recipe.task)
+    features = task.tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     torch.manual_seed(1)
     device = torch.device(args.device)
-    num_labels = tasks.task_spec(recipe.task).num_labels
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels).to(device).train()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=task.num_labels).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
@@ -250,7 +249,7 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     for step in range(args.steps):
         start = step * args.batch_size % len(order)
         indices = order[start : start + args.batch_size]
-        batch = {k: v.to(device) for k, v in collate(features, indices, tokenizer.pad_token_id).items()}
+        batch = {k: v.to(device) for k, v in task.collate(features, indices, tokenizer.pad_token_id).items()}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = model(**batch).loss
         scaler.scale(loss).backward()

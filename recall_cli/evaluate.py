@@ -12,9 +12,8 @@ import torch
 
 from .names import Task
 from .distributed import Distributed
-from .tasks import Examples, Features, load_split, task_spec
-from .tasks.batches import collate, tokenize
-from .tasks.metrics import compute_metrics
+from .tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
+from .tasks.batches import pad_inputs
 
 
 @torch.no_grad()
@@ -41,8 +40,7 @@ def predict(
     mine: dict[int, np.ndarray] = {}
     try:
         for b in range(rank, len(batches), world):
-            batch = collate(features, batches[b], pad_token_id)
-            batch.pop("labels")
+            batch = pad_inputs(features, batches[b], pad_token_id)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast or nullcontext():
                 logits = model(**batch).logits
@@ -71,10 +69,11 @@ def score(
     """The task's metrics by name plus "main". A second dev split (MNLI mismatched) adds its
     metrics with the split's suffix, e.g. accuracy_mismatched. Under torchrun every rank must call
     it (the predictions are gathered) and every rank gets the same metrics."""
+    kind = task_type_for(task)
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
         predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
-        values = compute_metrics(task, predictions, np.asarray(features.labels))
+        values = kind.metrics(predictions, np.asarray(features.labels))
         if i == 0:
             metrics.update(values)
         else:
@@ -114,7 +113,7 @@ def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None =
     if data_dir is not None:
         task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
     labels = getattr(load_config(str(folder)), "num_labels", None)
-    wanted = task_spec(task_cfg).num_labels
+    wanted = task_for(task_cfg).num_labels
     if labels is not None and labels != wanted:
         raise DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
                              f"{wanted}: score it on the task it was trained for (--task)")
@@ -141,14 +140,15 @@ def evaluate_checkpoint(
     scored = checkpoint_task(path, task, data_dir)
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
 
-    spec = task_spec(task_cfg)
+    kind = task_for(task_cfg)
+    spec = kind.spec
     splits = [split] if split else list(spec.dev_splits)
     tokenizer = load_tokenizer(str(folder))
-    model = load_checkpoint_model(folder)
+    model = load_checkpoint_model(folder, kind)
     dev = {}
     for name in splits:
         examples = load_split(task_cfg, name, task_cfg.max_eval_examples)
-        dev[name] = tokenize(examples, tokenizer, task_cfg.max_seq_length)
+        dev[name] = kind.tokenize(examples, tokenizer, task_cfg.max_seq_length)
 
     dev_device = resolve_device(device)
     precision = recipe.train.precision if recipe else "auto"
@@ -164,17 +164,17 @@ def evaluate_checkpoint(
     scored_run = {"checkpoint": str(folder), "task": spec.name, "splits": splits,
                   "examples": {k: len(v) for k, v in dev.items()}, "metrics": metrics}
     if holdout and task_cfg.holdout > 0:
-        held = held_out_rows(task_cfg, spec, tokenizer)
+        held = held_out_rows(task_cfg, kind, tokenizer)
         scored_run["holdout_metrics"] = score(model, spec, {"holdout": held}, batch_size, dev_device, pad_id, autocast)
         scored_run["examples"]["holdout"] = len(held.labels)
     return scored_run
 
 
-def held_out_rows(task_cfg: Any, spec: Any, tokenizer: Any) -> Any:
+def held_out_rows(task_cfg: Any, task: TaskType, tokenizer: Any) -> Features:
     """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
     from .tasks.holdout import holdout_split
 
     train = load_split(task_cfg, "train", task_cfg.max_train_examples)
-    _, held = holdout_split(train.labels, task_cfg.holdout, regression=spec.is_regression)
+    _, held = holdout_split(task, train.labels, task_cfg.holdout)
     rows = Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
-    return tokenize(rows, tokenizer, task_cfg.max_seq_length)
+    return task.tokenize(rows, tokenizer, task_cfg.max_seq_length)

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .errors import DataError, RunDirError
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    from .tasks import TaskType
 
 SPLITS = ("test", "dev", "test_matched", "test_mismatched", "dev_matched", "dev_mismatched")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -84,11 +86,12 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 def load_rows(task_cfg: Any, split: str | Path) -> Rows:
     """The rows of ``split`` for the task ``task_cfg`` describes (see the module's docstring)."""
-    from .tasks import load_split, task_spec
+    from .tasks import load_split, task_for
 
-    spec = task_spec(task_cfg)
+    task = task_for(task_cfg)
+    spec = task.spec
     if isinstance(split, Path):
-        return _user_file(spec, split)
+        return _user_file(task, split)
     if split.startswith("dev"):
         if split != "dev" and split not in spec.dev_splits:
             raise DataError(f"task {spec.name} has no split '{split}': use test, dev or a file of your own")
@@ -185,9 +188,11 @@ def _glue_test_hub(spec: Any, split: str) -> Rows:
     return Rows([tuple(t) for t in texts], index, None, f"nyu-mll/glue ({spec.name}, {split})")
 
 
-def _user_file(spec: Any, path: Path) -> Rows:
+def _user_file(task: TaskType, path: Path) -> Rows:
     """A user's .csv/.tsv/.jsonl: the task's text columns (any header style of _text_column_choices)
-    and, optionally, its label column (the task's label field, or "label")."""
+    and, optionally, its label column (the task's label field, or "label"), read by the task type's
+    parse_label (a label as the task's files write it, "1", or as its class is called, "positive")."""
+    spec = task.spec
     from .tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
 
     suffix = path.suffix.lower()
@@ -226,29 +231,9 @@ def _user_file(spec: Any, path: Path) -> Rows:
                             f"text column{'s' if len(columns) > 1 else ''} {', '.join(columns)}")
         texts.append(tuple(record[c] for c in columns))
         if label_field is not None:
-            labels.append(_user_label(spec, record.get(label_field, ""), f"{path} line {line}"))
+            labels.append(task.parse_label(record.get(label_field, ""), f"{path} line {line}", predicting=True))
     has_labels = label_field is not None and any(label is not None for label in labels)
     return Rows(texts, [str(i) for i in range(len(texts))], labels if has_labels else None, str(path))
-
-
-def _user_label(spec: Any, value: str, where: str) -> int | float | None:
-    """A label as the task's files write it ("1"), or as its class is called ("positive"); empty: none."""
-    value = value.strip()
-    if not value:
-        return None
-    if spec.is_regression:
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if not math.isfinite(number):
-            raise DataError(f"{where}: label '{value}' is not a finite number: fix the row, or leave the label empty")
-        return number
-    for names in (spec.label_names, spec.class_names):
-        if names and value in names:
-            return names.index(value)
-    known = list(dict.fromkeys([*(spec.label_names or ()), *(spec.class_names or ())]))
-    raise DataError(f"{where}: label '{value}' is not one of {', '.join(known)}: fix the row, or leave the label empty")
 
 
 # ---- scoring and writing --------------------------------------------------------------------------
@@ -283,36 +268,22 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
     return precision
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
-def format_predictions(spec: Any, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
-    """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities)."""
+def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
+    """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities),
+    each row as the task type predicts it (a class's name and the probabilities, a score)."""
     from .rundir import dumps_strict
 
-    if spec.is_regression:
-        scores = [float(v) for v in outputs[:, 0]]
-        names: list[Any] = scores
-        probabilities = None
-    else:
-        ids = outputs.argmax(axis=1)
-        classes = spec.id2label or tuple(str(i) for i in range(spec.num_labels))
-        names = [classes[i] for i in ids]
-        probabilities = softmax(outputs)
+    predicted = task.predictions(outputs)
     if fmt == "tsv":
-        shown = [f"{v:.6g}" for v in names] if spec.is_regression else names
-        return "index\tprediction\n" + "".join(f"{i}\t{p}\n" for i, p in zip(rows.index, shown))
+        return "index\tprediction\n" + "".join(f"{i}\t{p.text}\n" for i, p in zip(rows.index, predicted))
     lines = []
-    for n in range(len(rows)):
+    for n, prediction in enumerate(predicted):
         record: dict[str, Any] = {"index": int(rows.index[n]) if rows.index[n].lstrip("-").isdigit() else rows.index[n],
-                                  "prediction": names[n]}
+                                  "prediction": prediction.value}
         if rows.labels is not None and rows.labels[n] is not None:
             record["label"] = rows.labels[n]
-        if probabilities is not None:
-            record["probabilities"] = [float(p) for p in probabilities[n]]
+        if prediction.probabilities is not None:
+            record["probabilities"] = prediction.probabilities
         lines.append(dumps_strict(record) + "\n")
     return "".join(lines)
 
@@ -346,8 +317,7 @@ def predict_to_file(
     from .evaluate import checkpoint_task, predict
     from .model import load_checkpoint_model, load_tokenizer
     from .runtime import autocast_for, resolve_device
-    from .tasks import Examples, task_spec
-    from .tasks.batches import tokenize
+    from .tasks import Examples, task_for
 
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
@@ -356,14 +326,14 @@ def predict_to_file(
     check_out(out, overwrite)
     scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
-    spec = task_spec(task_cfg)
+    kind = task_for(task_cfg)
     rows = load_rows(task_cfg, which)
     dev_device = resolve_device(device, option="--device")
 
-    model = load_checkpoint_model(folder)
+    model = load_checkpoint_model(folder, kind)
     tokenizer = load_tokenizer(str(folder))
-    placeholder = [0.0 if spec.is_regression else 0] * len(rows)
-    features = tokenize(Examples(rows.texts, placeholder, rows.source), tokenizer, task_cfg.max_seq_length)
+    unlabelled = [0] * len(rows)  # never read: predict pads the inputs alone
+    features = kind.tokenize(Examples(rows.texts, unlabelled, rows.source), tokenizer, task_cfg.max_seq_length)
     precision = run_precision(recipe, scored.run_dir, folder, dev_device)
     if batch_size is None:
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
@@ -372,7 +342,7 @@ def predict_to_file(
     outputs = predict(model, features, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
     fmt = output_format(out, which)
     check_out(out, overwrite)  # still free: nothing took the name while the model ran
-    write_atomic(out, format_predictions(spec, rows, outputs, fmt))
-    return {"checkpoint": str(folder), "task": spec.name, "split": str(which), "source": rows.source,
+    write_atomic(out, format_predictions(kind, rows, outputs, fmt))
+    return {"checkpoint": str(folder), "task": kind.spec.name, "split": str(which), "source": rows.source,
             "examples": len(rows), "out": str(out), "format": fmt, "device": str(dev_device),
             "precision": precision, "batch_size": batch_size}

@@ -329,7 +329,7 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
         return  # this task has no such metric (f1 on RTE): not a problem of the run
     value = record[metric]
     if not _finite(value):
-        regression = run.task in TASKS and TASKS[run.task].num_labels == 1
+        regression = run.task in TASKS and TASKS[run.task].task_type == "regression"
         why = " (constant predictions)" if regression or metric in ("pearson", "spearman") else ""
         flag(f"{metric} is {value}{why}: left out")
         return

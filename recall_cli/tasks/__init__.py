@@ -1,25 +1,47 @@
-"""Tasks: which task a recipe names, and reading its splits.
+"""Tasks: which task a recipe names, its type, and reading its splits.
 
-Three sources of examples feed the same :class:`~recall_cli.tasks.base.Examples` container:
+A task (names.TASKS, or a custom one the recipe describes) names its *type*, one entry of
+:data:`TASK_TYPES`; every stage asks the type (:class:`~recall_cli.tasks.base.TaskType`) how to read,
+batch, head, score and predict the task, never whether it has classes. Adding a task type (a token
+classifier, a causal LM) is one room beside classification.py and one entry here.
 
-* a local GLUE task folder in the standard GLUE TSV layout (``task.data_dir``),
-* the ``nyu-mll/glue`` dataset on the Hugging Face hub (``task.data_dir`` unset),
-* the user's own CSV / TSV / JSONL files (``task.name == "custom"``).
+    __init__.py        the registry; task_spec / task_for (the task a recipe names); load_split
+    base.py            the interface (TaskType) and the containers rows travel in
+    sequence.py        what the two sequence types share: text(s) in, one label out, read from GLUE or files
+    classification.py  regression.py   the two types
+    files.py, glue.py  reading a user's files, GLUE's folders and the hub's copy of GLUE
+    batches.py         tokenizing and padding (torch), the order batches come in
+    metrics.py         the scores (scikit-learn, SciPy)
+    holdout.py         task.holdout's stratified split
 
-The rooms: base.py (the containers), files.py and glue.py (reading), batches.py (tokenizing and
-padding, the batch order), metrics.py (scores), holdout.py (task.holdout's split).
+Torch-free to import (the card and the reports read the registry); batches.py and metrics.py load
+when a type tokenizes, batches or scores.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
 from ..names import TASKS, Task, custom_task
-from .base import Examples, Features
-from .files import load_custom
-from .glue import load_glue_hub, load_glue_tsv
+from .base import Examples, Features, Prediction, TaskType
+from .classification import Classification
+from .regression import Regression
+
+__all__ = ["TASK_TYPES", "Classification", "Examples", "Features", "Prediction", "Regression", "TaskType", "load_split",
+           "task_for", "task_spec", "task_type_for"]
+
+TASK_TYPES: dict[str, type[TaskType]] = {t.name: t for t in (Classification, Regression)}
+
+
+def task_type_for(spec: Task) -> TaskType:
+    """The type of ``spec`` (names.Task.task_type), bound to it."""
+    return TASK_TYPES[spec.task_type](spec)
+
+
+def task_for(task_cfg: Any) -> TaskType:
+    """The type of the task a recipe's task section names, bound to it."""
+    return task_type_for(task_spec(task_cfg))
 
 
 def task_spec(task_cfg: Any) -> Task:
@@ -79,14 +101,8 @@ def _custom_spec(task_cfg: Any) -> Task:
 def load_split(task_cfg: Any, split: str, limit: int | None = None) -> Examples:
     """Load ``split`` ("train", "dev", or for MNLI "dev_matched" / "dev_mismatched") of a task;
     with ``limit``, only its first ``limit`` examples (task.max_train_examples / max_eval_examples)."""
-    spec = task_spec(task_cfg)
-    split = _normalise_split(spec, split)
-    if spec.name == "custom":
-        examples = load_custom(task_cfg, spec, split)
-    elif task_cfg.data_dir:
-        examples = load_glue_tsv(spec, Path(task_cfg.data_dir), split)
-    else:
-        examples = load_glue_hub(spec, split)
+    task = task_for(task_cfg)
+    examples = task.read(task_cfg, _normalise_split(task.spec, split))
     if limit is not None:
         examples = Examples(examples.texts[:limit], examples.labels[:limit], examples.source)
     return examples

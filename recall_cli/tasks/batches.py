@@ -1,4 +1,4 @@
-"""From tokens to batches: tokenizing text rows, padding a batch, and the order batches come in."""
+"""From text to batches: tokenizing text rows, padding a batch's inputs, and the order batches come in."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def tokenize(examples: Examples, tokenizer: Any, max_seq_length: int) -> Feature
         truncation="longest_first",  # for pairs: trim the longer text first, one token at a time
         max_length=max_seq_length,
         padding=False,
-        return_attention_mask=False,  # rebuilt per batch in collate, where padding is known
+        return_attention_mask=False,  # rebuilt per batch in pad_inputs, where padding is known
     )
     token_type_ids = encoded.get("token_type_ids")
     return Features(
@@ -41,12 +41,13 @@ def padded_length(longest: int, pad_to_multiple_of: int | None, max_length: int 
     return min(width, max_length) if max_length else width
 
 
-def collate(features: Features, indices: Sequence[int], pad_token_id: int, pad_to_multiple_of: int | None = None,
-            max_length: int | None = None) -> dict[str, torch.Tensor]:
-    """One batch of ``indices``, right-padded to the longest sequence in the batch (not the split), or
-    up to its length bucket (:func:`padded_length`) so that a compiled step sees a few shapes."""
+def pad_inputs(features: Features, indices: Sequence[int], pad_token_id: int, pad_to_multiple_of: int | None = None,
+               max_length: int | None = None) -> dict[str, torch.Tensor]:
+    """The model's inputs for the rows ``indices``, right-padded to the longest sequence in the batch (not
+    the split), or up to its length bucket (:func:`padded_length`) so that a compiled step sees a few
+    shapes. No labels: a task type's collate adds them; scoring and the anchor's pre-pass need none."""
     if len(indices) == 0:
-        raise ValueError("collate needs at least one index")
+        raise ValueError("a batch needs at least one index")
     rows = [features.input_ids[i] for i in indices]
     width = padded_length(max(len(r) for r in rows), pad_to_multiple_of, max_length)
 
@@ -63,11 +64,6 @@ def collate(features: Features, indices: Sequence[int], pad_token_id: int, pad_t
             segments = features.token_type_ids[i]
             token_type_ids[b, : len(segments)] = torch.tensor(segments, dtype=torch.long)
         batch["token_type_ids"] = token_type_ids
-
-    labels = [features.labels[i] for i in indices]
-    # Regression targets are floats (MSE loss); class ids are ints (cross-entropy wants long).
-    regression = isinstance(labels[0], float)
-    batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
     return batch
 
 

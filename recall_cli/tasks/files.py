@@ -10,41 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from ..names import Task
-from .base import Examples
-
-
-class _Labels:
-    """Turns label values into class ids or floats, with errors that point at the offending line."""
-
-    def __init__(self, spec: Task, fix: str) -> None:
-        self.spec = spec
-        self.fix = fix  # what to tell the user when a class label is unknown
-        self.ids = {name: i for i, name in enumerate(spec.label_names or ())}
-        self.regression = spec.is_regression  # read once: parse runs per row
-
-    def parse(self, value: str, where: str) -> int | float:
-        value = value.strip()
-        if self.regression:
-            try:
-                number = float(value)
-            except ValueError:
-                number = math.nan
-            if not math.isfinite(number):
-                raise DataError(
-                    f"{where}: label '{value}' is not a finite number: a regression task "
-                    "(num_labels=1) needs a number in the label column"
-                )
-            return number
-        if value not in self.ids:
-            raise DataError(f"{where}: label '{value}' is not one of {', '.join(self.ids)}: {self.fix}")
-        return self.ids[value]
+from .base import Examples, TaskType
 
 
 def read_text(path: Path, fix_missing: str) -> str:
@@ -101,8 +72,9 @@ def check_width(path: Path, line: int, row: list[str], width: int, what: str) ->
         )
 
 
-def load_custom(task_cfg: Any, spec: Task, split: str) -> Examples:
+def load_custom(task_cfg: Any, task: TaskType, split: str) -> Examples:
     """A custom task's train or dev file (task.train_file / task.dev_file): .csv, .tsv or .jsonl."""
+    spec = task.spec
     key = "train_file" if split == "train" else "dev_file"
     filename = getattr(task_cfg, key)
     if not filename:
@@ -120,7 +92,6 @@ def load_custom(task_cfg: Any, spec: Task, split: str) -> Examples:
         label_fix = "fix the row, or set task.label_names to the labels your file uses"
     else:
         label_fix = ""
-    labels = _Labels(spec, label_fix)
     columns = [*spec.text_fields, spec.label_field]
     column_fix = "set task.text_fields and task.label_field to columns of the file"
 
@@ -133,7 +104,7 @@ def load_custom(task_cfg: Any, spec: Task, split: str) -> Examples:
     values: list = []
     for line, fields in records:
         texts.append(tuple(fields[:-1]))
-        values.append(labels.parse(fields[-1], f"{path} line {line}"))
+        values.append(task.parse_label(fields[-1], f"{path} line {line}", label_fix))
     return non_empty(Examples(texts, values, str(path)))
 
 

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import DataError
-from ..names import Task
-from .base import Examples
-from .files import _Labels, check_width, column_indices, delimited_rows, non_empty, read_text
+from .base import Examples, TaskType
+from .files import check_width, column_indices, delimited_rows, non_empty, read_text
 
 # CoLA's TSV has no header: source, label, original mark, sentence.
 _COLA_COLUMNS = 4
@@ -25,13 +24,13 @@ _HUB_SPLITS = {
 }
 
 
-def load_glue_tsv(spec: Task, data_dir: Path, split: str) -> Examples:
+def load_glue_tsv(task: TaskType, data_dir: Path, split: str) -> Examples:
+    spec = task.spec
     path = data_dir / f"{split}.tsv"
     folder = spec.folder
     fix = f"set task.data_dir to the GLUE {folder} folder itself, e.g. task.data_dir=data/glue/{folder}"
     # GLUE TSVs are tab-separated with quoting off: MRPC, STS-B and RTE hold unpaired double quotes.
     rows = delimited_rows(path, read_text(path, fix), "\t", csv.QUOTE_NONE)
-    labels = _Labels(spec, "fix or remove the row")
 
     if spec.name == "cola":
         width, text_cols, label_col = _COLA_COLUMNS, [_COLA_TEXT_COL], _COLA_LABEL_COL
@@ -53,11 +52,12 @@ def load_glue_tsv(spec: Task, data_dir: Path, split: str) -> Examples:
     for line, row in rows:
         check_width(path, line, row, width, "tab-separated")
         texts.append(tuple(row[i] for i in text_cols))
-        values.append(labels.parse(row[label_col], f"{path} line {line}"))
+        values.append(task.parse_label(row[label_col], f"{path} line {line}", "fix or remove the row"))
     return non_empty(Examples(texts, values, str(path)))
 
 
-def load_glue_hub(spec: Task, split: str) -> Examples:
+def load_glue_hub(task: TaskType, split: str) -> Examples:
+    spec = task.spec
     source = f"nyu-mll/glue ({spec.name}, {_HUB_SPLITS[split]})"
     folder = spec.folder
     try:
@@ -74,11 +74,5 @@ def load_glue_hub(spec: Task, split: str) -> Examples:
         ) from None
 
     texts = list(zip(*(columns[c] for c in spec.hub_text_columns)))
-    if spec.is_regression:
-        values: list = [float(v) for v in columns["label"]]
-    else:
-        values = [int(v) for v in columns["label"]]
-        bad = [v for v in values if not 0 <= v < spec.num_labels]
-        if bad:  # the hub marks unlabelled (test) rows with -1; train/validation should have none
-            raise DataError(f"{source}: {len(bad)} rows have label {bad[0]}, outside 0..{spec.num_labels - 1}")
+    values = task.hub_labels(columns["label"], source)
     return non_empty(Examples(texts, values, source))

@@ -18,7 +18,7 @@ from ..methods.keep import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embe
 from ..optim import anneal_lambda, pull_weight
 from ..recipe import Recipe
 from ..tasks import Features
-from ..tasks.batches import collate
+from ..tasks.batches import pad_inputs
 
 
 def recall_schedule(recipe: Recipe, total_steps: int):
@@ -68,8 +68,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
     def batches():
         for start in range(0, len(features), batch_size):
             indices = list(range(start, min(start + batch_size, len(features))))
-            batch = collate(features, indices, pad_id, task.pad_to_multiple_of, task.max_seq_length)
-            batch.pop("labels", None)
+            batch = pad_inputs(features, indices, pad_id, task.pad_to_multiple_of, task.max_seq_length)
             yield indices, {key: value.to(device) for key, value in batch.items()}
 
     started = time.perf_counter()

@@ -33,8 +33,8 @@ from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
 from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
-from ..tasks import Examples, Features, load_split, task_spec
-from ..tasks.batches import BatchOrder, padded_length, subset, tokenize
+from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
+from ..tasks.batches import BatchOrder, padded_length, subset
 from ..tasks.holdout import holdout_split
 from . import checkpoint, compiled, methods, preflight
 from .checkpoint import TrainerState
@@ -45,6 +45,7 @@ from .progress import Reporter
 @dataclass
 class TaskData:
     spec: Task
+    kind: TaskType  # the task's type: how its batches are made (the loop's collate)
     train: Features
     dev: dict[str, Features]
     holdout: Features | None = None  # task.holdout's rows, taken out of train
@@ -59,17 +60,18 @@ class TaskData:
 def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     cfg = recipe.task
     spec = task_spec(cfg)
+    kind = task_type_for(spec)
 
     def features(examples: Examples) -> Features:
-        return tokenize(examples, tokenizer, cfg.max_seq_length)
+        return kind.tokenize(examples, tokenizer, cfg.max_seq_length)
 
     examples = load_split(cfg, "train", cfg.max_train_examples)
     train, sentences = features(examples), [text for row in examples.texts for text in row]
     dev = {split: features(load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
-        return TaskData(spec, train, dev, sentences=sentences)
-    kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.is_regression)
-    return TaskData(spec, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
+        return TaskData(spec, kind, train, dev, sentences=sentences)
+    kept, held = holdout_split(kind, train.labels, cfg.holdout)
+    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -182,20 +184,21 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
-def _load_model(recipe: Recipe, spec: Task, last: Path | None) -> tuple[BuiltModel, Any]:
+def _load_model(recipe: Recipe, task: TaskType, last: Path | None) -> tuple[BuiltModel, Any]:
     """(the model with theta*, peft's model around it under LoRA or None). A resumed run's weights come
     from last/; a LoRA run's last/ holds merged weights, so it starts from theta* again and loads its
     adapters from last/adapter."""
     lora_cfg = recipe.model.lora
     if last is not None and lora_cfg.r == 0:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), theta_star), None
-    built = build_model(recipe.model, spec.num_labels, recipe.train.seed, spec.id2label)
+        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code), theta_star), None
+    built = build_model(recipe.model, task, recipe.train.seed)
     if lora_cfg.r == 0:
         return built, None
     from ..methods import lora
 
-    adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules)
+    adapter = lora.wrap(built.model, lora_cfg.r, lora_cfg.alpha, lora_cfg.dropout, lora_cfg.target_modules,
+                        task_type=task.peft_task_type)
     if last is not None:
         lora.load_adapter(adapter, last)
     return BuiltModel(adapter.get_base_model(), built.theta_star), adapter
@@ -258,7 +261,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
-    preflight.run_checks(recipe, tokenizer, config, report, num_labels=task.spec.num_labels, device=device,
+    preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths)
     if not dry_run:
         report.raise_on_failure()
@@ -277,7 +280,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
-    prepared.built, prepared.adapter = _load_model(recipe, task.spec, last)
+    prepared.built, prepared.adapter = _load_model(recipe, task.kind, last)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
