@@ -118,7 +118,7 @@ class Optimizer:
 
     name: str  # optimizer.name in a recipe
     label: str  # what a reader of the paper calls it: recall compare's rows
-    kind: str  # a merge input's method in a scored record (records.py): "vanilla", "recadam", ...
+    kind: str  # a merge input's method in a scored record (scoring/records.py): "vanilla", "recadam", ...
     report_order: int  # rows of recall compare and curves of recall forgetting, vanilla first as in the paper
     anchored: bool  # has RecAdam's recall terms toward theta*: lambda(t), pretrain_cof and the anneal_* keys apply
     mode: str = "decoupled"  # RecAdam's mode: the recall penalty beside Adam's update, or "coupled" into the gradient

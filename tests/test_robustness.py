@@ -58,7 +58,7 @@ def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run, precision, dtype, monk
     the fp32 weights the half-precision ones were rounded from."""
     from transformers import BertForSequenceClassification
 
-    from recall_cli import evaluate as evaluate_module
+    from recall_cli.scoring import evaluate as evaluate_module
     from recall_cli.model import load_checkpoint_model
 
     outputs = []  # the logits evaluate computes, caught on their way to the metrics

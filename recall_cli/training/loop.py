@@ -22,13 +22,13 @@ import torch
 from .. import __version__, card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
-from ..evaluate import score
 from ..methods import active_methods, lora, lpft, method_block, method_labels
 from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star
 from ..probes.runner import record_at
 from ..recipe import Recipe
 from ..runtime import autocast_for
+from ..scoring.evaluate import score
 from . import checkpoint, compiled
 from .loss import loss_step
 from .pending import Pending

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .names import Task
-from .distributed import Distributed
-from .tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
-from .tasks.batches import pad_inputs
+from ..names import Task
+from ..distributed import Distributed
+from ..tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
+from ..tasks.batches import pad_inputs
 
 
 @torch.no_grad()
@@ -96,11 +96,11 @@ class Scored:
 def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None = None) -> Scored:
     """The checkpoint at ``path`` and the task to score it on (evaluate and predict alike). A --task
     whose label count is not the checkpoint's is refused now, not after minutes of scoring."""
-    from .errors import DataError
-    from .model import load_config
-    from .recipe import TaskConfig, recipe_from_dict
-    from .recipe.file import read_yaml
-    from .rundir import locate
+    from ..errors import DataError
+    from ..model import load_config
+    from ..recipe import TaskConfig, recipe_from_dict
+    from ..recipe.file import read_yaml
+    from ..rundir import locate
 
     located = locate(path)
     folder, config = located.folder, located.recipe_file
@@ -134,8 +134,8 @@ def evaluate_checkpoint(
     tokenization and eval batch size, so that the numbers agree with the ones the run recorded.
     ``holdout``: a run trained with task.holdout also has its held-out training rows scored (the same
     rows the run held out: the split is fixed by the task, not the seed), under "holdout_metrics"."""
-    from .model import load_checkpoint_model, load_tokenizer
-    from .runtime import autocast_for, resolve_device, resolve_precision
+    from ..model import load_checkpoint_model, load_tokenizer
+    from ..runtime import autocast_for, resolve_device, resolve_precision
 
     scored = checkpoint_task(path, task, data_dir)
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
@@ -172,7 +172,7 @@ def evaluate_checkpoint(
 
 def held_out_rows(task_cfg: Any, task: TaskType, tokenizer: Any) -> Features:
     """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
-    from .tasks.holdout import holdout_split
+    from ..tasks.holdout import holdout_split
 
     train = load_split(task_cfg, "train", task_cfg.max_train_examples)
     _, held = holdout_split(task, train.labels, task_cfg.holdout)

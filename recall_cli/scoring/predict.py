@@ -1,6 +1,6 @@
 """Predictions from a trained checkpoint, as run_glue.py's --do_predict writes them: `recall predict`.
 
-Three kinds of rows, one scoring loop (evaluate.predict: batched, sorted by length, under the run's
+Three kinds of rows, one scoring loop (scoring.evaluate.predict: batched, sorted by length, under the run's
 autocast, on CPU or CUDA):
 
 * ``test`` (MNLI: ``test_matched``, ``test_mismatched``): the task's GLUE test split, from
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import DataError, RunDirError
+from ..errors import DataError, RunDirError
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
 
-    from .tasks import TaskType
+    from ..tasks import TaskType
 
 SPLITS = ("test", "dev", "test_matched", "test_mismatched", "dev_matched", "dev_mismatched")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -86,7 +86,7 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 def load_rows(task_cfg: Any, split: str | Path) -> Rows:
     """The rows of ``split`` for the task ``task_cfg`` describes (see the module's docstring)."""
-    from .tasks import load_split, task_for
+    from ..tasks import load_split, task_for
 
     task = task_for(task_cfg)
     spec = task.spec
@@ -117,7 +117,7 @@ def _test_split(spec: Any, split: str) -> str:
 def _text_column_choices(spec: Any) -> list[tuple[str, ...]]:
     """The header styles a task's text columns come in: the GLUE TSV's, the other one in circulation,
     the hub's (what a user exporting the hub's dataset has)."""
-    from .names import TASKS
+    from ..names import TASKS
 
     choices = [tuple(spec.text_fields)]
     task = TASKS.get(spec.name)
@@ -138,7 +138,7 @@ def _pick_text_columns(source: Path | str, names: list[str], spec: Any, where: s
 
 
 def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
-    from .tasks.files import check_width, delimited_rows, read_text
+    from ..tasks.files import check_width, delimited_rows, read_text
 
     path = data_dir / f"{split}.tsv"
     folder = spec.folder
@@ -168,7 +168,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
 
 
 def _glue_test_hub(spec: Any, split: str) -> Rows:
-    from .names import TASKS
+    from ..names import TASKS
 
     folder = spec.folder
     columns = TASKS[spec.name].hub_text_columns
@@ -193,7 +193,7 @@ def _user_file(task: TaskType, path: Path) -> Rows:
     and, optionally, its label column (the task's label field, or "label"), read by the task type's
     parse_label (a label as the task's files write it, "1", or as its class is called, "positive")."""
     spec = task.spec
-    from .tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
+    from ..tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
 
     suffix = path.suffix.lower()
     text = read_text(path, "check the --split path")
@@ -245,7 +245,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
     elsewhere, as `recall evaluate` does; bf16 on a GPU without it: fp32."""
     import torch
 
-    from .rundir import TRAINER_STATE_FILE, read_summary
+    from ..rundir import TRAINER_STATE_FILE, read_summary
 
     precision = recipe.train.precision if recipe is not None else "auto"
     if precision == "auto":
@@ -271,7 +271,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
 def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
     """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities),
     each row as the task type predicts it (a class's name and the probabilities, a score)."""
-    from .rundir import dumps_strict
+    from ..rundir import dumps_strict
 
     predicted = task.predictions(outputs)
     if fmt == "tsv":
@@ -291,7 +291,7 @@ def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str
 def write_atomic(out: Path, text: str) -> None:
     """``out`` complete or not at all: staged beside it and renamed into place (rundir.write_text_atomic);
     a stop while staging removes the staged file."""
-    from .rundir import write_text_atomic
+    from ..rundir import write_text_atomic
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -315,9 +315,9 @@ def predict_to_file(
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
     ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
     from .evaluate import checkpoint_task, predict
-    from .model import load_checkpoint_model, load_tokenizer
-    from .runtime import autocast_for, resolve_device
-    from .tasks import Examples, task_for
+    from ..model import load_checkpoint_model, load_tokenizer
+    from ..runtime import autocast_for, resolve_device
+    from ..tasks import Examples, task_for
 
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
