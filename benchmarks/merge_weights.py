@@ -44,7 +44,8 @@ def main() -> None:
     pool_idx = sorted(rng.choice(len(texts), size=min(args.pool, len(texts)), replace=False).tolist())
     pool = [texts[i] for i in pool_idx]
 
-    from recall_cli.data import Examples, tokenize
+    from recall_cli.tasks import Examples
+    from recall_cli.tasks.batches import tokenize
     from recall_cli.model import load_tokenizer
 
     tok = load_tokenizer(str(sources[ref].folder))

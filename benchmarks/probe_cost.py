@@ -23,11 +23,10 @@ from pathlib import Path
 
 import torch
 
-from recall_cli import data
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.probes.runner import prober_for_run
 from recall_cli.recipe import load_recipe
-from recall_cli.data import BatchOrder
+from recall_cli.tasks.batches import BatchOrder
 from recall_cli.training.plan import StepPlan, plan_run
 from recall_cli.training.setup import build_optimizer, load_task_data, plan_total_steps
 
@@ -48,7 +47,7 @@ def main() -> None:
     tokenizer = load_tokenizer(recipe.model.name_or_path)
     task = load_task_data(recipe, tokenizer)
     total = plan_total_steps(recipe, len(task.train))
-    built = build_model(recipe.model, task.spec.num_labels, tc.seed)
+    built = build_model(recipe.model, task.kind, tc.seed)
     model = built.model.to(device).train()
     optimizer = build_optimizer(model, built.theta_star, recipe, plan_run(recipe, total, StepPlan(None, "eager", "fp32", "")))
     order = BatchOrder(len(task.train), tc.batch_size, tc.seed)
@@ -65,7 +64,7 @@ def main() -> None:
     def train_step() -> float:
         nonlocal micro
         t = time.perf_counter()
-        batch = data.collate(task.train, order.batch(micro), pad)
+        batch = task.kind.collate(task.train, order.batch(micro), pad)
         micro += 1
         loss = model(**batch).loss
         loss.backward()

@@ -80,10 +80,10 @@ def build_model_dir(shape: str, folder: Path) -> Path:
 def build_data_file(args, path: Path) -> Path:
     """Real MRPC sentences, several joined per example so that every example fills max_seq_length:
     every batch then has the same shape in both loops, whatever order their samplers draw."""
-    from recall_cli import data
+    from recall_cli import tasks
     from recall_cli.recipe import TaskConfig
 
-    rows = data.load_split(TaskConfig(name="mrpc", data_dir=str(REPO / "data" / "glue" / "MRPC")), "train")
+    rows = tasks.load_split(TaskConfig(name="mrpc", data_dir=str(REPO / "data" / "glue" / "MRPC")), "train")
     sentences = [s for pair in rows.texts for s in pair]
     with path.open("w", encoding="utf-8") as f:
         for i in range(args.examples):
@@ -185,13 +185,14 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled
                               Trainer, TrainerCallback, TrainingArguments)
     from transformers.utils import logging as hf_logging
 
-    from recall_cli import data
+    from recall_cli import tasks
     from recall_cli.recipe import recipe_from_dict
 
     hf_logging.set_verbosity_error()
     recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    task = tasks.task_for(recipe.task)
+    features = task.tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     if args.data == "full":
         assert all(len(ids) == args.seq_len for ids in features.input_ids), "every example fills max_seq_length"
     rows = []
@@ -207,7 +208,7 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled
             clock.tick()
 
     torch.manual_seed(1)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=data.task_spec(recipe.task).num_labels)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=task.num_labels)
     with tempfile.TemporaryDirectory() as tmp:
         training_args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=2e-5,
@@ -229,16 +230,16 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from recall_cli import data
+    from recall_cli import tasks
     from recall_cli.recipe import recipe_from_dict
 
     recipe = recipe_from_dict(recipe_dict(args, model_dir, "adamw", Path("unused")), "benchmark")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    features = data.tokenize(data.load_split(recipe.task, "train"), tokenizer, args.seq_len)
+    task = tasks.task_for(recipe.task)
+    features = task.tokenize(tasks.load_split(recipe.task, "train"), tokenizer, args.seq_len)
     torch.manual_seed(1)
     device = torch.device(args.device)
-    num_labels = data.task_spec(recipe.task).num_labels
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels).to(device).train()
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=task.num_labels).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
@@ -248,7 +249,7 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     for step in range(args.steps):
         start = step * args.batch_size % len(order)
         indices = order[start : start + args.batch_size]
-        batch = {k: v.to(device) for k, v in data.collate(features, indices, tokenizer.pad_token_id).items()}
+        batch = {k: v.to(device) for k, v in task.collate(features, indices, tokenizer.pad_token_id).items()}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = model(**batch).loss
         scaler.scale(loss).backward()

@@ -22,6 +22,7 @@ import yaml
 
 from .methods import registry
 from .names import MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
+from .tasks import TASK_TYPES, TaskType, task_for
 
 CARD_FILE = "README.md"
 # A card recall wrote carries this line; a README.md without it is someone else's and is kept
@@ -124,6 +125,7 @@ def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
     accuracy_mismatched), finite values only."""
     task = recipe.task.name
     spec = TASKS.get(task)
+    task_type = task_for(recipe.task)
     splits = spec.dev_splits if spec else ("dev",)
     suffixes = ["", *("_" + s.rsplit("_", 1)[-1] for s in splits[1:])]
     results = []
@@ -141,7 +143,7 @@ def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
             dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": hub_split, "args": task}
         else:
             dataset = {"name": Path(recipe.task.dev_file or "dev").name, "type": "custom", "split": "dev"}
-        results.append({"task": {"type": "text-classification", "name": "Text Classification"},
+        results.append({"task": {"type": task_type.pipeline_tag, "name": task_type.pipeline_title},
                         "dataset": dataset, "metrics": metrics})
     return results
 
@@ -216,8 +218,9 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     if probe is None:
         lines += ["No probe ran (`probe.enabled: false`): `recall probe` measures it after the fact.", ""]
 
-    lines += ["## Use", "", "```python", "from transformers import AutoModelForSequenceClassification, AutoTokenizer", "",
-              f'model = AutoModelForSequenceClassification.from_pretrained("{run / checkpoint}")',
+    auto = task_for(recipe.task).auto_class
+    lines += ["## Use", "", "```python", f"from transformers import {auto}, AutoTokenizer", "",
+              f'model = {auto}.from_pretrained("{run / checkpoint}")',
               f'tokenizer = AutoTokenizer.from_pretrained("{run / checkpoint}")', "```", ""]
     return lines
 
@@ -280,6 +283,7 @@ def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, A
     model = (source.get("model") or {})
     task = (source.get("task") or {}).get("name")
     spec = TASKS.get(task) if task else None
+    task_type = _task_type(source.get("task") or {})
     meta: dict[str, Any] = {}
     base = hub_id(str(model.get("name_or_path") or "")) if model.get("init", "pretrained") == "pretrained" else None
     if base:
@@ -297,13 +301,13 @@ def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, A
         dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": _hub_split(spec.dev_splits[0]),
                    "args": task}
         meta["model-index"] = [{"name": f"{out_name}-{output}", "results": [{
-            "task": {"type": "text-classification", "name": "Text Classification"}, "dataset": dataset,
+            "task": {"type": task_type.pipeline_tag, "name": task_type.pipeline_title}, "dataset": dataset,
             "metrics": [{"type": kind[0], "value": round(float(row["merged"]), 6), "name": kind[1]}]}]}]
     front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     lines = [f"---\n{front}---\n", MARKER, "", f"# {out_name}/{output}", "",
              f"The encoder merged from {len(inputs)} models with `recall merge --method {method}` (recall {version}), "
              f"with the classification head of **{output}**{f' ({spec.title})' if spec else ''}. "
-             "Open it with `AutoModelForSequenceClassification.from_pretrained`.", "",
+             f"Open it with `{task_type.auto_class}.from_pretrained`.", "",
              "## Inputs", "", "| input | task | trained with | checkpoint |", "|---|---|---|---|"]
     for item in inputs:
         optimizer = OPTIMIZERS[item["optimizer"]].label if item.get("optimizer") in OPTIMIZERS else (item.get("optimizer") or "–")
@@ -323,6 +327,16 @@ def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, A
               f"Not measured here: `recall probe {out_name}/{output}` measures the retained skill (STS), CKA and drift "
               "against the pretrained model."]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _task_type(section: dict[str, Any]) -> TaskType | type[TaskType]:
+    """The type of the task a merged head was trained on, from its run's recipe (read as a dict); a head
+    that no recall run trained is a sequence classifier's, the only kind `recall merge` reads."""
+    if not section.get("name"):
+        return TASK_TYPES["classification"]
+    from .recipe import TaskConfig
+
+    return task_for(TaskConfig(**{k: v for k, v in section.items() if k in TaskConfig.__dataclass_fields__}))
 
 
 def _number(value: Any) -> str:

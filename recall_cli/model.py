@@ -14,6 +14,7 @@ from torch import Tensor
 
 from .names import OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
+from .tasks import TaskType
 
 
 def quiet_transformers() -> None:
@@ -122,7 +123,7 @@ def model_in_cache(repo_id: str) -> bool:
 
 
 def _glue_in_cache() -> bool:
-    """Whether nyu-mll/glue (data.py's hub copy of GLUE) was ever downloaded into the caches."""
+    """Whether nyu-mll/glue (tasks/glue.py: the hub's copy of GLUE) was ever downloaded into the caches."""
     from huggingface_hub import constants
 
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
@@ -315,8 +316,16 @@ class BuiltModel:
     theta_star: dict[str, Tensor]  # theta*: pretrained weights of every parameter that has a pretrained counterpart
 
 
-def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple[str, ...] | None = None) -> BuiltModel:
-    """Load the pretrained weights once: they are theta*, and the starting point under PI.
+def auto_model_class(task: TaskType):
+    """The transformers Auto class that builds and loads ``task``'s model (its type's auto_class)."""
+    import transformers
+
+    return getattr(transformers, task.auto_class)
+
+
+def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
+    """Load the pretrained weights once: they are theta*, and the starting point under PI. The task's
+    type says which model (its Auto class) and which head (its head_config: labels, problem type).
 
     Under RI the same architecture is built from its config and initialised by the model's own
     initialiser, seeded. Anchors are matched to parameters by name through the checkpoint's loading
@@ -326,23 +335,18 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
     fresh, seeded head even when its label count matches, and that head has no anchor: another task's
     head is not prior knowledge to keep (model.head=keep loads and anchors it).
     """
-    from transformers import AutoModelForSequenceClassification
-
     quiet_transformers()
-    extra = {"num_labels": num_labels, "problem_type": "regression" if num_labels == 1 else "single_label_classification"}
-    if label_names:
-        extra["id2label"] = dict(enumerate(label_names))
-        extra["label2id"] = {name: i for i, name in enumerate(label_names)}
+    auto = auto_model_class(task)
     torch.manual_seed(seed)  # the new head's initialisation is part of the run's seed
     pretrained, info = _load(
         "model",
-        AutoModelForSequenceClassification.from_pretrained,
+        auto.from_pretrained,
         cfg.name_or_path,
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
         dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute
         trust_remote_code=cfg.trust_remote_code,
-        **extra,
+        **task.head_config(),
     )
     fresh = fresh_parameters(info)
     if head_is_new(cfg, pretrained.config):
@@ -357,21 +361,20 @@ def build_model(cfg: ModelConfig, num_labels: int, seed: int, label_names: tuple
         return BuiltModel(pretrained, theta_star)
 
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_config(
+    model = auto.from_config(
         pretrained.config, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
     )
     del pretrained
     return BuiltModel(model, theta_star)
 
 
-def load_checkpoint_model(folder: str | Path, trust_remote_code: bool = False) -> torch.nn.Module:
-    """A model saved by `recall finetune` (or any save_pretrained folder) for resuming or evaluating."""
-    from transformers import AutoModelForSequenceClassification
-
+def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False) -> torch.nn.Module:
+    """A model saved by `recall finetune` (or any save_pretrained folder) for resuming or evaluating,
+    as ``task``'s type loads it."""
     quiet_transformers()
     return _load(
         "model",
-        AutoModelForSequenceClassification.from_pretrained,
+        auto_model_class(task).from_pretrained,
         str(folder),
         dtype=torch.float32,
         trust_remote_code=trust_remote_code,

@@ -3,8 +3,8 @@ and the Hub ids of the models that ship as Python packages.
 
 Methods (the embedding anchor, LP-FT, LoRA, plugins) have a registry of their own that runs
 (methods/registry.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
-optimizer and probe names; data loads a task's files and hub columns; metrics reads a task's extra
-metrics; model and the training set-up read whether an optimizer is anchored and its mode; records
+optimizer and probe names; tasks/ loads a task's files and hub columns, reads its extra metrics and
+its task type; model and the training set-up read whether an optimizer is anchored and its mode; records
 its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
 Adam moments; the probe runner which inputs a probe reads; sweep and report the short key names.
 
@@ -28,7 +28,7 @@ class Task:
     folder: str  # the local GLUE folder, data/glue/<folder> (train.tsv, dev.tsv)
     text_fields: tuple[str, ...]  # TSV header names: one column, or a pair (sentence-pair encoding)
     label_field: str
-    labels: tuple[str, ...] | None  # label values as written in the TSV, index = class id; None: regression
+    labels: tuple[str, ...] | None  # label values as written in the TSV, index = class id; None: no classes (a score)
     hub_text_columns: tuple[str, ...]  # the same columns in the hub's copy (labels: ids, floats for STS-B)
     main_metric: str  # the number the paper reports, "main" in metrics.jsonl
     train_size: int  # training examples: the paper averages over tasks below and above 10k
@@ -38,14 +38,12 @@ class Task:
     # What a class is called (the hub's ClassLabel names, what run_glue.py writes into config.json's
     # id2label), index = class id; None: the labels themselves (already words) or regression.
     class_names: tuple[str, ...] | None = None
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels) if self.labels else 1  # 1: regression
+    # Its task type, a key of tasks.TASK_TYPES: what reads, batches, heads, scores and predicts it.
+    task_type: str = "classification"
 
     @property
     def label_names(self) -> tuple[str, ...] | None:
-        """The label values as the files write them, index = class id (None: regression)."""
+        """The label values as the files write them, index = class id (None: a score)."""
         return self.labels
 
     @property
@@ -53,15 +51,11 @@ class Task:
         """What each class is called in a saved model's config.json: SST-2's negative/positive."""
         return self.class_names or self.labels
 
-    @property
-    def is_regression(self) -> bool:
-        return self.num_labels == 1
-
 
 def custom_task(text_fields: tuple[str, ...], label_field: str, labels: tuple[str, ...] | None) -> Task:
     """A user's own task (task.name custom): no GLUE folder, scored by accuracy, or Pearson for regression."""
     return Task("custom", "custom", "", text_fields, label_field, labels, text_fields,
-                "accuracy" if labels else "pearson", 0)
+                "accuracy" if labels else "pearson", 0, task_type="classification" if labels else "regression")
 
 
 _BINARY = ("0", "1")
@@ -80,7 +74,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("mrpc", "MRPC", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY, ("sentence1", "sentence2"),
          "accuracy", 3668, extra_metrics=("f1",), class_names=("not_equivalent", "equivalent")),
     Task("stsb", "STS-B", "STS-B", ("sentence1", "sentence2"), "score", None, ("sentence1", "sentence2"),
-         "pearson", 5749),
+         "pearson", 5749, task_type="regression"),
     Task("qqp", "QQP", "QQP", ("question1", "question2"), "is_duplicate", _BINARY, ("question1", "question2"),
          "accuracy", 363846, extra_metrics=("f1",), class_names=("not_duplicate", "duplicate")),
     Task("mnli", "MNLI", "MNLI", ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"),
@@ -125,7 +119,7 @@ class Optimizer:
 
     name: str  # optimizer.name in a recipe
     label: str  # what a reader of the paper calls it: recall compare's rows
-    kind: str  # a merge input's method in a scored record (records.py): "vanilla", "recadam", ...
+    kind: str  # a merge input's method in a scored record (scoring/records.py): "vanilla", "recadam", ...
     report_order: int  # rows of recall compare and curves of recall forgetting, vanilla first as in the paper
     anchored: bool  # has RecAdam's recall terms toward theta*: lambda(t), pretrain_cof and the anneal_* keys apply
     mode: str = "decoupled"  # RecAdam's mode: the recall penalty beside Adam's update, or "coupled" into the gradient

@@ -1,8 +1,8 @@
 """Where and how a run computes: device, precision, autocast, seeding.
 
 A low room of its own: the training loop, `recall evaluate` and the probes all use these, so none of
-them imports another for them (evaluate.py used to take them from the training loop while the loop
-took `score` from evaluate.py).
+them imports another for them (scoring/evaluate.py used to take them from the training loop while the
+loop took `score` from it).
 """
 
 from __future__ import annotations

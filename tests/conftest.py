@@ -124,6 +124,15 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
     return recipe
 
 
+def binary_task():
+    """The type of a two-class task with labels "0" and "1" (MRPC's, as tiny_recipe's runs have): what
+    build_model, load_checkpoint_model, preflight and LoRA ask of a task."""
+    from recall_cli.names import custom_task
+    from recall_cli.tasks import task_type_for
+
+    return task_type_for(custom_task(("sentence",), "label", ("0", "1")))
+
+
 def write_recipe(path: Path, recipe: dict) -> Path:
     path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
     return path

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from recall_cli.training import compiled, loop as train
 from recall_cli.cli import app
-from recall_cli.data import collate, padded_length, tokenize, load_split
+from recall_cli.tasks import load_split, task_for
+from recall_cli.tasks.batches import padded_length, tokenize
 from recall_cli.errors import CompileError
 from recall_cli.recipe import load_recipe
 from recall_cli.rundir import read_metrics
@@ -57,8 +58,9 @@ def test_a_bucketed_batch_holds_the_same_tokens_with_more_padding(tiny_model_dir
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     features = tokenize(load_split(load_recipe_task(), "train", 40), tokenizer, 48)
     indices = list(range(8))
-    dynamic = collate(features, indices, tokenizer.pad_token_id)
-    bucketed = collate(features, indices, tokenizer.pad_token_id, pad_to_multiple_of=16, max_length=48)
+    task = task_for(load_recipe_task())
+    dynamic = task.collate(features, indices, tokenizer.pad_token_id)
+    bucketed = task.collate(features, indices, tokenizer.pad_token_id, pad_to_multiple_of=16, max_length=48)
     width = dynamic["input_ids"].shape[1]
     assert bucketed["input_ids"].shape[1] == padded_length(width, 16, 48) > width or width % 16 == 0
     for key in ("input_ids", "attention_mask", "token_type_ids"):
@@ -126,7 +128,7 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
     length a row could make), the micro-batches left, and the layers from the model's config."""
     from transformers import AutoTokenizer
 
-    from recall_cli.data import BatchOrder
+    from recall_cli.tasks.batches import BatchOrder
     from recall_cli.recipe import recipe_from_dict
     from recall_cli.training.setup import load_task_data
 

@@ -12,15 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from recall_cli.data import (
-    DataError,
-    Examples,
-    Features,
-    collate,
-    load_split,
-    task_spec,
-    tokenize,
-)
+from recall_cli.errors import DataError
+from recall_cli.tasks import Examples, Features, load_split, task_spec, task_type_for
+from recall_cli.tasks.batches import tokenize
 from recall_cli.names import TASKS as GLUE_TASKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +32,7 @@ def glue_dir() -> Path:
 
 
 def cfg(name: str, **overrides) -> SimpleNamespace:
-    """A task config with every attribute data.py may read, as the real config object has."""
+    """A task config with every attribute the tasks package may read, as the real config object has."""
     values = dict(
         name=name,
         data_dir=None,
@@ -282,14 +276,15 @@ def custom(train: Path, **overrides) -> SimpleNamespace:
 
 def test_custom_spec():
     spec = task_spec(cfg("custom", text_fields=["text"], label_field="y", num_labels=3))
-    assert spec.label_names == ("0", "1", "2") and spec.num_labels == 3 and not spec.is_regression
+    assert spec.label_names == ("0", "1", "2") and spec.task_type == "classification"
+    assert task_type_for(spec).num_labels == 3
     assert spec.main_metric == "accuracy" and spec.dev_splits == ("dev",)
 
     spec = task_spec(cfg("custom", text_fields=["a", "b"], label_field="y", label_names=["neg", "pos"]))
-    assert spec.num_labels == 2 and spec.label_names == ("neg", "pos") and spec.text_fields == ("a", "b")
+    assert task_type_for(spec).num_labels == 2 and spec.label_names == ("neg", "pos") and spec.text_fields == ("a", "b")
 
     spec = task_spec(cfg("custom", text_fields=["a", "b"], label_field="score", num_labels=1))
-    assert spec.is_regression and spec.label_names is None and spec.main_metric == "pearson"
+    assert spec.task_type == "regression" and spec.label_names is None and spec.main_metric == "pearson"
 
     with pytest.raises(DataError, match="1 or 2 text columns"):
         task_spec(cfg("custom", text_fields=["a", "b", "c"], label_field="y", num_labels=2))
@@ -425,7 +420,7 @@ def test_tokenize_and_collate_pairs(tokenizer):
         assert len(types) == len(ids) and types[0] == 0 and types[-1] == 1  # second segment kept
 
     indices = [3, 0, 5]
-    batch = collate(features, indices, tokenizer.pad_token_id)
+    batch = task_type_for(GLUE_TASKS["rte"]).collate(features, indices, tokenizer.pad_token_id)
     width = max(lengths[i] for i in indices)
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
     for key in ("input_ids", "attention_mask", "token_type_ids"):
@@ -447,7 +442,7 @@ def test_tokenize_and_collate_single_and_regression(tokenizer):
     assert lengths == [5, 8, 2]  # [CLS] a short one [SEP]; truncated to 8; empty text -> [CLS] [SEP]
     assert features.input_ids[1][-1] == tokenizer.sep_token_id  # truncation keeps the closing [SEP]
 
-    batch = collate(features, [2, 0], pad_token_id=-7)  # an unusual pad id shows where padding went
+    batch = task_type_for(GLUE_TASKS["stsb"]).collate(features, [2, 0], pad_token_id=-7)  # an unusual pad id shows where padding went
     assert batch["input_ids"].tolist() == [features.input_ids[2] + [-7] * 3, features.input_ids[0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
     assert batch["labels"].dtype == torch.float32 and batch["labels"].tolist() == [2.25, 0.5]
@@ -456,7 +451,7 @@ def test_tokenize_and_collate_single_and_regression(tokenizer):
 def test_collate_without_token_type_ids():
     # Models such as RoBERTa have no segment ids: the batch must not invent them.
     features = Features(input_ids=[[0, 5, 2], [0, 2]], token_type_ids=None, labels=[1, 0])
-    batch = collate(features, [0, 1], pad_token_id=1)
+    batch = task_type_for(GLUE_TASKS["sst2"]).collate(features, [0, 1], pad_token_id=1)
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].tolist() == [[0, 5, 2], [0, 2, 1]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]

@@ -11,31 +11,35 @@ from typer.testing import CliRunner
 
 from recall_cli.cli import app
 from recall_cli.errors import DataError
-from recall_cli.holdout import holdout_split
+from recall_cli.names import TASKS
+from recall_cli.tasks import task_type_for
+from recall_cli.tasks.holdout import holdout_split
 from recall_cli.recipe import build_recipe
 
 from conftest import tiny_recipe, write_recipe
 
+CLASSES, SCORES = task_type_for(TASKS["sst2"]), task_type_for(TASKS["stsb"])  # stratified by class, by quintile
+
 
 def test_the_split_is_stratified_fixed_and_covers_every_row_once():
     labels = [0] * 70 + [1] * 30
-    kept, held = holdout_split(labels, 0.1, regression=False)
+    kept, held = holdout_split(CLASSES, labels, 0.1)
     assert sorted(kept + held) == list(range(100)) and not set(kept) & set(held)
     assert Counter(labels[i] for i in held) == {0: 7, 1: 3}  # round(0.1 x each class)
     assert kept == sorted(kept) and held == sorted(held)  # the split's own order
-    assert holdout_split(labels, 0.1, regression=False) == (kept, held)  # no seed: every run holds out the same rows
+    assert holdout_split(CLASSES, labels, 0.1) == (kept, held)  # no seed: every run holds out the same rows
 
 
 def test_a_regression_task_is_stratified_by_quintile():
     labels = [i / 10 for i in range(50)]
-    _, held = holdout_split(labels, 0.2, regression=True)
+    _, held = holdout_split(SCORES, labels, 0.2)
     quintiles = Counter(min(4, 5 * sorted(labels).index(labels[i]) // 50) for i in held)
     assert quintiles == {q: 2 for q in range(5)}
 
 
 def test_a_class_too_small_to_give_one_row_and_keep_one_is_one_line():
     with pytest.raises(DataError, match=r"task.holdout=0.1: label 1 has 1 training row, too few to hold one out"):
-        holdout_split([0] * 20 + [1], 0.1, regression=False)
+        holdout_split(CLASSES, [0] * 20 + [1], 0.1)
 
 
 @pytest.mark.parametrize("value", [-0.1, 0.5, 0.9, float("nan"), float("inf")])

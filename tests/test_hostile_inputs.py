@@ -149,7 +149,7 @@ def test_sigterm_in_evaluate_record_and_probe_says_what_fits(runs, tmp_path, mon
     import recall_cli.probes.targets
 
     record = tmp_path / "rec"
-    monkeypatch.setattr("recall_cli.evaluate.evaluate_checkpoint", _stop_self)
+    monkeypatch.setattr("recall_cli.scoring.evaluate.evaluate_checkpoint", _stop_self)
     result = invoke("evaluate", runs["a"], "--record", record, "--device", "cpu")
     assert result.exit_code == 143
     assert one_error_line(result) == f"stopped by SIGTERM: no record was written to {record}; run the same command again"
@@ -165,7 +165,7 @@ def test_ctrl_c_in_evaluate_record_does_not_talk_about_finetune(runs, tmp_path, 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("recall_cli.evaluate.evaluate_checkpoint", interrupt)
+    monkeypatch.setattr("recall_cli.scoring.evaluate.evaluate_checkpoint", interrupt)
     record = tmp_path / "rec"
     result = invoke("evaluate", runs["a"], "--record", record, "--device", "cpu")
     assert result.exit_code == 130
@@ -177,8 +177,8 @@ def test_ctrl_c_in_evaluate_record_does_not_talk_about_finetune(runs, tmp_path, 
 
 @pytest.mark.slow
 def test_merge_evaluate_that_fails_leaves_no_output(runs, tmp_path, monkeypatch):
-    from recall_cli import evaluate
     from recall_cli.errors import DataError
+    from recall_cli.scoring import evaluate
 
     real = evaluate.evaluate_checkpoint
 
@@ -365,7 +365,7 @@ def test_every_json_is_strict_with_null_for_nan(runs, monkeypatch):
 
     scored = {"checkpoint": "a", "task": "stsb", "splits": ["dev"], "examples": {"dev": 3},
               "metrics": {"pearson": float("nan"), "main": float("nan")}}
-    monkeypatch.setattr("recall_cli.evaluate.evaluate_checkpoint", lambda *a, **k: scored)
+    monkeypatch.setattr("recall_cli.scoring.evaluate.evaluate_checkpoint", lambda *a, **k: scored)
     result = invoke("evaluate", runs["a"], "--json", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert _strict(result.stdout)["metrics"] == {"pearson": None, "main": None}

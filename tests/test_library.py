@@ -115,7 +115,9 @@ def test_recadam_for_matches_recall_finetunes_anchors(tiny_model_dir):
     from recall_cli.model import build_model
     from recall_cli.recipe import ModelConfig
 
-    built = build_model(ModelConfig(name_or_path=str(tiny_model_dir)), num_labels=2, seed=3)
+    from conftest import binary_task
+
+    built = build_model(ModelConfig(name_or_path=str(tiny_model_dir)), binary_task(), seed=3)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
     theta_star = theta_star_by_name(model, recall_cli.recadam_for(model, tiny_model_dir))
     assert set(theta_star) == set(built.theta_star)

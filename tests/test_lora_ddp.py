@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import data
+from recall_cli.tasks.batches import pad_inputs
 from recall_cli.cli import app
 from recall_cli.methods.lora import peft_lora as lora
 from recall_cli.model import build_model, load_tokenizer
@@ -35,8 +35,8 @@ from recall_cli.testing import tiny_bert_dir
 from recall_cli.training import loop as train
 from recall_cli.training.setup import load_task_data
 
-from conftest import (GLUE, StopAfter, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe,
-                      train_records, write_recipe)
+from conftest import (GLUE, StopAfter, binary_task, comparable, encoder, head, pretrained_by_name, summary,
+                      tiny_recipe, train_records, write_recipe)
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -104,8 +104,7 @@ def mrpc_batch(model_dir: Path, rows: int = 24) -> dict[str, torch.Tensor]:
     recipe = recipe_from_dict(tiny_recipe(model_dir, model_dir / "unused"), "batch")
     tokenizer = load_tokenizer(str(model_dir))
     dev = load_task_data(recipe, tokenizer).dev["dev"]
-    batch = data.collate(dev, list(range(rows)), tokenizer.pad_token_id, None, recipe.task.max_seq_length)
-    batch.pop("labels")
+    batch = pad_inputs(dev, list(range(rows)), tokenizer.pad_token_id, None, recipe.task.max_seq_length)
     assert batch["attention_mask"].sum() < batch["attention_mask"].numel()  # some rows are padded
     return batch
 
@@ -203,8 +202,8 @@ def test_dry_run_states_peft_trainable_count(tiny_model_dir, tmp_path, targets):
     assert not out.exists()  # a dry run writes nothing
 
     r = recipe_from_dict(recipe, "count")
-    built = build_model(r.model, 2, r.train.seed, ("0", "1"))
-    wrapped = lora.wrap(built.model, 4, 8.0, 0.0, targets)
+    built = build_model(r.model, binary_task(), r.train.seed)
+    wrapped = lora.wrap(built.model, 4, 8.0, 0.0, targets, task_type="SEQ_CLS")
     trainable, total = wrapped.get_nb_trainable_parameters()
     assert (said_trainable, said_total) == (trainable, total)
     assert float(found.group(3)) == pytest.approx(100 * trainable / total, abs=0.006)

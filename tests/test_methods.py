@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_cli import data
+from recall_cli.tasks.batches import pad_inputs
 from recall_cli.cli import app
 from recall_cli.methods import active as active_methods, summary_block as method_block
 from recall_cli.methods.keep.term import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
@@ -35,8 +35,8 @@ from recall_cli.training.loss import loss_step
 from recall_cli.methods.keep.build import build_anchor
 from recall_cli.training.setup import load_task_data
 
-from conftest import (GLUE, StopAfter, comparable, encoder, head, pretrained_by_name, summary, tiny_recipe,
-                      train_records, write_recipe)
+from conftest import (GLUE, StopAfter, binary_task, comparable, encoder, head, pretrained_by_name, summary,
+                      tiny_recipe, train_records, write_recipe)
 
 runner = CliRunner()
 CPU = torch.device("cpu")
@@ -234,7 +234,7 @@ def anchor_inputs(tiny_model_dir: Path, tmp_path: Path, **keep):
                                           probe=NO_PROBE), "test")
     tokenizer = load_tokenizer(recipe.model.name_or_path)
     task = load_task_data(recipe, tokenizer)
-    built = build_model(recipe.model, task.spec.num_labels, recipe.train.seed, task.spec.label_names)
+    built = build_model(recipe.model, task.kind, recipe.train.seed)
     return recipe, built, task, tokenizer.pad_token_id
 
 
@@ -271,7 +271,7 @@ def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_d
     # The cache rows are theta*'s pooled embeddings, row i for example i, whatever the batching.
     reference = theta_star_copy(moved, theta_star)
     rows = [5, 0, 77]
-    batch = data.collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
+    batch = task.kind.collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
     batch.pop("labels")
     with torch.no_grad():
         pooled = pool(reference(**batch, output_hidden_states=True).hidden_states[-1], batch["attention_mask"], "mean")
@@ -349,15 +349,14 @@ def embedding_drift(run_dir: Path, recipe: dict) -> float:
     r = recipe_from_dict(recipe, "drift")
     tokenizer = load_tokenizer(str(run_dir / "last"))
     rows = load_task_data(r, tokenizer).train
-    model = load_checkpoint_model(run_dir / "last")
+    model = load_checkpoint_model(run_dir / "last", binary_task())
     theta_star = load_file(str(run_dir / "anchor.safetensors"))
     reference = theta_star_copy(model, theta_star)
 
     def batches():
         for start in range(0, len(rows), 32):
             indices = list(range(start, min(start + 32, len(rows))))
-            batch = data.collate(rows, indices, tokenizer.pad_token_id, None, r.task.max_seq_length)
-            batch.pop("labels")
+            batch = pad_inputs(rows, indices, tokenizer.pad_token_id, None, r.task.max_seq_length)
             yield indices, batch
 
     final = embed_examples(model, batches(), pooling="mean")
@@ -412,7 +411,7 @@ def test_lp_ft_freezes_the_encoder_for_the_head_phase_then_trains_everything(tin
     assert encoder(lp).keys() == pretrained.keys() and len(pretrained) > 30
     assert all(torch.equal(lp[k], pretrained[k]) for k in pretrained)
     r = recipe_from_dict(recipe, "lpft")
-    start = build_model(r.model, 2, r.train.seed, ("0", "1")).model.state_dict()
+    start = build_model(r.model, binary_task(), r.train.seed).model.state_dict()
     fresh = {k: start[k] for k in head(lp)}
     assert fresh and fresh.keys() == head(lp).keys()
     assert all(torch.equal(start[k], pretrained[k]) for k in pretrained)  # the run's starting point

@@ -19,8 +19,7 @@ def test_registry_imports_nothing_heavy():
 
 
 def test_every_task_loads_and_scores_as_its_entry_says():
-    from recall_cli.data import task_spec
-    from recall_cli.metrics import compute_metrics
+    from recall_cli.tasks import TASK_TYPES, task_spec, task_type_for
     from recall_cli.recipe import TaskConfig
     from recall_cli.recipe.checks import GLUE_TASK_NAMES  # what the recipe checks a task name against
 
@@ -28,9 +27,10 @@ def test_every_task_loads_and_scores_as_its_entry_says():
     for name, task in names.TASKS.items():
         spec = task_spec(TaskConfig(name=name))
         assert spec is task  # the loaders and metrics read the names table itself, not a copy
+        assert task.task_type in TASK_TYPES, name
         labels = np.array([0, 1, 1, 0]) if task.labels else np.array([0.5, 1.0, 2.0, 3.0])
-        outputs = np.eye(task.num_labels)[labels] if task.labels else labels[:, None]
-        scores = compute_metrics(spec, outputs, labels)
+        outputs = np.eye(len(task.labels))[labels] if task.labels else labels[:, None]
+        scores = task_type_for(spec).metrics(outputs, labels)
         base = {"accuracy"} if task.labels else {"pearson", "spearman"}
         assert set(scores) == base | set(task.extra_metrics) | {"main"}, name
         assert scores["main"] == scores[task.main_metric]

@@ -252,7 +252,7 @@ def test_a_regression_task_predicts_floats(tiny_model_dir, tmp_path):
 
 
 def test_the_hubs_test_split_when_the_task_has_no_data_dir(monkeypatch):
-    from recall_cli import predict as predicting
+    from recall_cli.scoring import predict as predicting
     from recall_cli.recipe import TaskConfig
 
     class Split(dict):
@@ -276,7 +276,7 @@ def test_the_hubs_test_split_when_the_task_has_no_data_dir(monkeypatch):
 
 
 def test_the_runs_precision_summary_then_trainer_state_then_fp32(tmp_path):
-    from recall_cli.predict import run_precision
+    from recall_cli.scoring.predict import run_precision
 
     cpu = torch.device("cpu")
     auto = SimpleNamespace(train=SimpleNamespace(precision="auto"))

@@ -18,7 +18,7 @@ from recall_cli.model import build_model
 from recall_cli.recipe import ModelConfig, recipe_from_dict
 from recall_cli.testing import save_with_tokenizer, tiny_bert
 
-from conftest import tiny_recipe, write_recipe
+from conftest import binary_task, tiny_recipe, write_recipe
 
 runner = CliRunner()
 
@@ -130,7 +130,7 @@ def test_head_with_another_label_count_is_replaced(tmp_path):
         assert check["message"] == ("the checkpoint's head has 3 labels, the task 2: replaced by a new head "
                                     "(not anchored)")
         assert check["status"] == ("warn" if head == "keep" else "ok")
-        built = build_model(ModelConfig(str(three), head=head), num_labels=2, seed=1)
+        built = build_model(ModelConfig(str(three), head=head), binary_task(), seed=1)
         assert built.model.classifier.weight.shape == (2, 32) and "classifier.weight" not in built.theta_star
 
 
@@ -138,16 +138,16 @@ def test_fine_tuned_classifier_gets_a_fresh_head_unless_kept(tmp_path):
     """Sequential fine-tuning: task B from task A's checkpoint with the same label count."""
     clf = save_tiny(tmp_path / "clf", classifier_labels=2)
     saved = load_file(str(clf / "model.safetensors"))
-    auto = build_model(ModelConfig(str(clf)), num_labels=2, seed=3)
+    auto = build_model(ModelConfig(str(clf)), binary_task(), seed=3)
     w = auto.model.classifier.weight.detach()
     assert not torch.equal(w, saved["classifier.weight"]) and abs(w.std().item() - 0.02) < 0.01
     assert torch.equal(auto.model.classifier.bias.detach(), torch.zeros(2))
     assert "classifier.weight" not in auto.theta_star and "classifier.bias" not in auto.theta_star
     assert torch.equal(auto.theta_star["bert.pooler.dense.weight"], saved["bert.pooler.dense.weight"])
-    again = build_model(ModelConfig(str(clf)), num_labels=2, seed=3)
+    again = build_model(ModelConfig(str(clf)), binary_task(), seed=3)
     assert torch.equal(again.model.classifier.weight, auto.model.classifier.weight)  # seeded
 
-    kept = build_model(ModelConfig(str(clf), head="keep"), num_labels=2, seed=3)
+    kept = build_model(ModelConfig(str(clf), head="keep"), binary_task(), seed=3)
     assert torch.equal(kept.model.classifier.weight.detach(), saved["classifier.weight"])
     assert torch.equal(kept.theta_star["classifier.weight"], saved["classifier.weight"])
 
@@ -166,11 +166,11 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
     tokenizer = load_tokenizer(str(tiny_model_dir))
     lengths = [48] * 96
     device = torch.device("cpu")
-    full = preflight.estimate_memory(recipe, model.load_config(str(tiny_model_dir)), 2, device, "fp32", 1, lengths)
+    full = preflight.estimate_memory(recipe, model.load_config(str(tiny_model_dir)), binary_task(), device, "fp32", 1, lengths)
     # Just below the estimate: halving the batch (with grad_accum doubled) or the length fits.
     monkeypatch.setattr(preflight, "available_ram", lambda: full.total_bytes - 1)
     config = model.load_config(str(tiny_model_dir))
-    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), num_labels=2, device=device,
+    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), task=binary_task(), device=device,
                                   precision="fp32", lengths=lengths)
     check = next(c for c in report.checks if c.name == "memory")
     assert check.status == "warn" and report.memory.fits is False
@@ -178,7 +178,7 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
         in check.message
     # Two CPU processes share the machine's RAM: the estimate counts twice.
     monkeypatch.setattr(preflight, "available_ram", lambda: int(full.total_bytes * 1.5))
-    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), num_labels=2, device=device,
+    report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), task=binary_task(), device=device,
                                   precision="fp32", lengths=lengths, world_size=2)
     assert report.memory.needed_bytes == 2 * full.total_bytes and report.memory.fits is False
     processes = next(c for c in report.checks if c.name == "processes")
@@ -246,9 +246,10 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"}), "r.yaml")
     with_lora = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"},
                                              model={"lora": {"r": 8, "alpha": 16, "target_modules": targets}}), "r.yaml")
-    full = preflight.estimate_memory(plain, config, 2, cpu, "fp32", 1, lengths)
-    est = preflight.estimate_memory(with_lora, config, 2, cpu, "fp32", 1, lengths)
-    wrapped = lora.wrap(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2), 8, 16, 0.0, targets)
+    full = preflight.estimate_memory(plain, config, binary_task(), cpu, "fp32", 1, lengths)
+    est = preflight.estimate_memory(with_lora, config, binary_task(), cpu, "fp32", 1, lengths)
+    wrapped = lora.wrap(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2), 8, 16, 0.0,
+                        targets, task_type="SEQ_CLS")
     trainable, total = wrapped.get_nb_trainable_parameters()
     plain_model = AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2)
     base = sum(p.numel() for p in plain_model.parameters())
@@ -256,7 +257,7 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     assert est.parts["gradients"] == 4 * trainable and est.parts["adam_moments"] == 8 * trainable
     assert est.parts["weights"] == 4 * total  # the frozen base, the adapters and peft's copy of the head
     assert est.parts["theta_star"] == 4 * (base - head)  # the probes' fp32 copy in host memory, bf16 anchors or not
-    gpu = preflight.estimate_memory(with_lora, config, 2, torch.device("cuda"), "bf16", 1, lengths)
+    gpu = preflight.estimate_memory(with_lora, config, binary_task(), torch.device("cuda"), "bf16", 1, lengths)
     assert gpu.parts["theta_star"] == 0 and gpu.parts["autocast_copies"] == 2 * trainable  # nothing of theta* on the device
     assert full.parts["gradients"] == 4 * base and full.parts["weights"] == 4 * base
     assert 0 < trainable < base / 10 and est.total_bytes < full.total_bytes

@@ -17,7 +17,7 @@ from recall_cli.training import checkpoint
 from recall_cli import rundir
 from recall_cli.cli import app
 
-from conftest import tiny_recipe, write_recipe
+from conftest import binary_task, tiny_recipe, write_recipe
 
 runner = CliRunner()
 
@@ -58,7 +58,7 @@ def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run, precision, dtype, monk
     the fp32 weights the half-precision ones were rounded from."""
     from transformers import BertForSequenceClassification
 
-    from recall_cli import evaluate as evaluate_module
+    from recall_cli.scoring import evaluate as evaluate_module
     from recall_cli.model import load_checkpoint_model
 
     outputs = []  # the logits evaluate computes, caught on their way to the metrics
@@ -91,7 +91,7 @@ def test_evaluate_on_cpu_a_run_trained_in_fp16(short_run, precision, dtype, monk
     config["train"]["precision"] = precision
     (short_run / "config.yaml").write_text(yaml.safe_dump(config))
 
-    loaded = load_checkpoint_model(best).state_dict()  # what evaluate scores: the rounded weights in fp32
+    loaded = load_checkpoint_model(best, binary_task()).state_dict()  # what evaluate scores: the rounded weights in fp32
     assert {v.dtype for v in loaded.values()} == {torch.float32}
     assert all(torch.equal(loaded[k], rounded[k]) for k in rounded)
     metrics = evaluate()

@@ -261,13 +261,13 @@ def evaluate(
     """Score a checkpoint on a task's dev split and print its metrics."""
 
     def go() -> None:
-        from ..evaluate import evaluate_checkpoint
+        from ..scoring.evaluate import evaluate_checkpoint
 
         check_device(device)
         if record is not None:
             if task is not None or data_dir is not None or split is not None or batch_size is not None:
                 fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", ExitCode.USAGE)
-            from ..records import write_record
+            from ..scoring.records import write_record
 
             summary = write_record(path, record, against=against, probe=probe, device=device, overwrite=overwrite)
             if as_json:

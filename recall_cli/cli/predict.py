@@ -1,6 +1,6 @@
 """`recall predict` (predictions for a GLUE test or dev split, or a file of your own) and `recall recipes`
-(the shipped recipes: list, show, copy). Thin like cli/__init__.py: parse, call recall_cli.predict, print one
-line.
+(the shipped recipes: list, show, copy). Thin like cli/__init__.py: parse, call recall_cli.scoring.predict, print
+one line.
 
 The shipped recipes travel in the wheel as package data: recall_cli/recipes is a link to the repository's
 recipes/ folder, which the build copies into the wheel and sdist (pyproject's package-data), so that
@@ -60,7 +60,7 @@ def predict(
     --do_predict does: batched, on CPU or CUDA, in the run's precision. The file appears complete or not at all."""
 
     def go() -> None:
-        from ..predict import predict_to_file
+        from ..scoring.predict import predict_to_file
 
         check_device(device)
         result = predict_to_file(path, split, out, batch_size=batch_size, device=device, overwrite=overwrite,
@@ -158,7 +158,7 @@ def recipes(
         dest = copy / Path(key).name if copy.is_dir() else copy
         if (dest.exists() or dest.is_symlink()) and not overwrite:
             raise RunDirError(f"{dest} already exists: replace it with --overwrite, or choose another file")
-        from ..predict import write_atomic
+        from ..scoring.predict import write_atomic
 
         write_atomic(dest, text)
         if as_json:

@@ -183,7 +183,7 @@ def _evaluating(out: Path, score):
 
 def _score_inputs(sources: list[Source], out: Path, device: str) -> dict[str, dict[str, Any]]:
     """Each input with a known task and a head, scored alone on its task's dev split."""
-    from ..evaluate import evaluate_checkpoint
+    from ..scoring.evaluate import evaluate_checkpoint
 
     return {s.name: _evaluating(out, lambda s=s: evaluate_checkpoint(s.run_dir or s.folder, device=device))
             for s in sources if s.task is not None and s.head}
@@ -191,7 +191,7 @@ def _score_inputs(sources: list[Source], out: Path, device: str) -> dict[str, di
 
 def _score_merged(alone: Mapping[str, dict[str, Any]], outputs: Mapping[str, Path], out: Path,
                   device: str) -> list[dict[str, Any]]:
-    from ..evaluate import evaluate_checkpoint
+    from ..scoring.evaluate import evaluate_checkpoint
 
     rows = []
     for name, scored in alone.items():

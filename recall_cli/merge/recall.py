@@ -92,7 +92,7 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     import torch
     from transformers import AutoModel
 
-    from ..data import collate
+    from ..tasks.batches import pad_inputs
     from ..model import quiet_transformers
 
     quiet_transformers()
@@ -100,8 +100,7 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     pooled = []
     with torch.no_grad():
         for start in range(0, len(features), batch_size):
-            batch = collate(features, list(range(start, min(start + batch_size, len(features)))), pad_id)
-            batch.pop("labels")
+            batch = pad_inputs(features, list(range(start, min(start + batch_size, len(features)))), pad_id)
             batch = {k: v.to(device) for k, v in batch.items()}
             hidden = model(**batch, output_hidden_states=True).hidden_states
             mask = batch["attention_mask"].unsqueeze(-1).float()
@@ -186,7 +185,8 @@ def recall_weights(
     import numpy as np
     import torch
 
-    from ..data import Examples, tokenize
+    from ..tasks import Examples
+    from ..tasks.batches import tokenize
     from ..model import load_tokenizer
 
     temperature = check_temperature(temperature)

@@ -57,7 +57,7 @@ def _task_config(task: str, recipe: dict[str, Any] | None):
 def task_samples(task: str | None, reference: Source) -> tuple[list[tuple[str, ...]], str, int]:
     """(inputs, where they came from, max_seq_length) of ``task``'s training split; with no task,
     the reference run's task."""
-    from ..data import load_split
+    from ..tasks import load_split
     from ..errors import DataError
 
     if task is None:

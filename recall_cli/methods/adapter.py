@@ -67,7 +67,8 @@ class Adapter(Method):
 
     is_adapter: ClassVar[bool] = True
 
-    def wrap(self, model: Any, recipe: Any) -> Adapted:
+    def wrap(self, model: Any, recipe: Any, task: Any) -> Adapted:
+        """``task``: the run's task type (tasks.TaskType), whose model this is (its peft task type)."""
         raise NotImplementedError
 
     def trained_parameters(self, meta_model: Any, head: set[str], recipe: Any) -> int:

@@ -295,7 +295,7 @@ def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor]
 
 def task_sentences(task_cfg) -> list[str]:
     """Every sentence of the target task's training rows, to warn where the probe reads them too."""
-    from ..data import load_split
+    from ..tasks import load_split
 
     try:
         examples = load_split(task_cfg, "train", task_cfg.max_train_examples)

@@ -329,7 +329,7 @@ def _add_run(cell: Cell, run: Run, metric: str, at: str) -> None:
         return  # this task has no such metric (f1 on RTE): not a problem of the run
     value = record[metric]
     if not _finite(value):
-        regression = run.task in TASKS and TASKS[run.task].num_labels == 1
+        regression = run.task in TASKS and TASKS[run.task].task_type == "regression"
         why = " (constant predictions)" if regression or metric in ("pearson", "spearman") else ""
         flag(f"{metric} is {value}{why}: left out")
         return
@@ -354,10 +354,10 @@ def dev_label_shares(settings: dict[str, Any]) -> dict[Any, float] | None:
     local = task.get("data_dir") or task.get("dev_file")
     if local and Path(local).exists():
         try:
-            from .. import data
+            from ..tasks import load_split
             from ..recipe import TaskConfig
 
-            labels = list(data.load_split(TaskConfig(**task), "dev", task.get("max_eval_examples")).labels)
+            labels = list(load_split(TaskConfig(**task), "dev", task.get("max_eval_examples")).labels)
             if labels and all(isinstance(x, int) for x in labels):
                 shares = {label: count / len(labels) for label, count in Counter(labels).items()}
         except Exception:  # noqa: BLE001 - the check is a hint; unreadable data just skips it

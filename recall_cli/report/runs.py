@@ -21,8 +21,8 @@ import yaml
 
 from ..errors import ReportError
 from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
-from ..records import RECORD_PATH_KEYS
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
+from ..scoring.records import RECORD_PATH_KEYS
 
 
 # Keys that never make a setting (issue 32): two runs that differ only in these are two seeds of one
@@ -273,7 +273,7 @@ def resolve_key(key: str) -> str:
 
     key = SHORT_KEYS.get(key, key)
     valid = all_keys()
-    if key not in valid and not key.startswith("record."):  # a scored record's settings (records.py)
+    if key not in valid and not key.startswith("record."):  # a scored record's settings (scoring/records.py)
         close = difflib.get_close_matches(key, valid + list(SHORT_KEYS), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else " (a dotted recipe key such as optimizer.anneal_k, or k, t0, init, optimizer, lr)"
         raise ReportError(f"unknown key '{key}'{hint}")

@@ -26,7 +26,7 @@ MERGE_RECORD = "merge.json"
 # A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
 # trained with, so that `recall evaluate FOLDER` knows the task.
 SOURCE_RECIPE_FILE = "recall_recipe.yaml"
-# A scored record (recall_cli/records.py) is a run directory whose config.yaml has this section.
+# A scored record (recall_cli/scoring/records.py) is a run directory whose config.yaml has this section.
 RECORD_SECTION = "record"
 
 

@@ -63,7 +63,7 @@ def run_size(recipe: Any, lengths: list[int], *, total_steps: int, done_steps: i
     batches (its first ``sample`` global micro-batches in the run's own order, from the training rows'
     ``lengths``: later ones rarely bring a new length, and one that does compiles then), and the
     model's depth (from its ``config``: a resumed run's last/, else the recipe's model)."""
-    from ..data import BatchOrder, padded_length
+    from ..tasks.batches import BatchOrder, padded_length
 
     tc, task = recipe.train, recipe.task
     micro_batches = max(0, total_steps - done_steps) * tc.grad_accum

@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from .. import __version__, card, data, rundir, trackers
+from .. import __version__, card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
-from ..evaluate import score
 from ..methods import registry
 from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star, recall_state
 from ..probes.runner import record_at
 from ..recipe import Recipe
 from ..runtime import autocast_for
+from ..scoring.evaluate import score
 from . import checkpoint, compiled
 from .loss import loss_step
 from .pending import Pending
@@ -81,7 +81,7 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         share = len(mine) * ctx.world_size / len(indices)
         task = t.recipe.task
         rows = mine or indices[:1]
-        batch = data.collate(t.task.train, rows, t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
+        batch = t.task.kind.collate(t.task.train, rows, t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
         # The examples' indices only where a term looks rows up by them (the anchor's cache): without
         # methods the step moves nothing more to the device than before.
         indices_of = torch.tensor(rows, dtype=torch.long, device=t.device) if t.terms else None

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from .. import data
 from ..methods import registry
 from ..methods.registry import MethodRun
 from ..recipe import Recipe
+from ..tasks import Features
 
 
 @dataclass
@@ -21,7 +21,7 @@ class RunView:
     recipe: Recipe
     model: torch.nn.Module  # holds theta* on a new run (before step 1)
     theta_star: dict[str, torch.Tensor]  # by the model's own parameter names (an adapter's, under one)
-    train: data.Features
+    train: Features
     total_steps: int
     device: torch.device
     autocast: Any

@@ -30,6 +30,7 @@ from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
 from ..methods import registry
 from ..recipe import Recipe
+from ..tasks import TaskType
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -164,7 +165,8 @@ def check_tokenizer(report: Preflight, recipe: Recipe, tokenizer, config) -> Non
         report.add("vocabulary", "ok", f"{size} tokens, embedding of {vocab} rows")
 
 
-def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resume: bool) -> None:
+def check_head(report: Preflight, recipe: Recipe, config, task: TaskType, resume: bool) -> None:
+    num_labels = task.num_labels
     if resume:
         report.add("head", "ok", f"{num_labels} labels, the run's own head from last/")
         return
@@ -193,19 +195,17 @@ def check_head(report: Preflight, recipe: Recipe, config, num_labels: int, resum
 FROM_RECIPE: Any = object()
 
 
-def parameter_counts(config, num_labels: int, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
-    """(all parameters, head parameters, trained parameters) of the classifier, counted on the meta
+def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
+    """(all parameters, head parameters, trained parameters) of ``task``'s model, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
     (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
-    from transformers import AutoModelForSequenceClassification
-
-    from ..model import head_parameter_names, quiet_transformers
+    from ..model import auto_model_class, head_parameter_names, quiet_transformers
 
     quiet_transformers()
     values = {k: v for k, v in config.to_dict().items() if k not in ("id2label", "label2id")}
-    config = config.__class__.from_dict({**values, "num_labels": num_labels})
+    config = config.__class__.from_dict({**values, "num_labels": task.num_labels})
     with torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(config)
+        model = auto_model_class(task).from_config(config)
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
     head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
@@ -230,12 +230,12 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
     return layers * per_layer + 3 * elt * bs * h
 
 
-def estimate_memory(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
+def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
                     world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> MemoryEstimate:
     tc = recipe.train
     if adapter is FROM_RECIPE:
         adapter = registry.active_adapter(recipe)
-    total, head, trained = parameter_counts(config, num_labels, recipe, adapter)
+    total, head, trained = parameter_counts(config, task, recipe, adapter)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     lora = adapter is not None
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
@@ -286,7 +286,7 @@ def available_cuda(device: torch.device) -> int | None:
     return int(free)
 
 
-def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.device, precision: str,
+def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
                      world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE) -> list[str]:
     """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
     accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
@@ -296,7 +296,7 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
         r = recipe
         for section, values in changes.items():
             r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
-        est = estimate_memory(r, config, num_labels, device, precision, world_size, lengths, adapter)
+        est = estimate_memory(r, config, task, device, precision, world_size, lengths, adapter)
         return est.total_bytes * est.processes_sharing <= budget
 
     tc, found = recipe.train, []
@@ -321,9 +321,9 @@ def fitting_settings(recipe: Recipe, config, num_labels: int, device: torch.devi
     return found
 
 
-def check_memory(report: Preflight, recipe: Recipe, config, num_labels: int, device: torch.device,
+def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, device: torch.device,
                  precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> None:
-    est = estimate_memory(recipe, config, num_labels, device, precision, world_size, lengths, adapter)
+    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, adapter)
     report.memory = est
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
@@ -333,7 +333,7 @@ def check_memory(report: Preflight, recipe: Recipe, config, num_labels: int, dev
     elif est.fits:
         report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
     else:
-        fixes = fitting_settings(recipe, config, num_labels, device, precision, world_size, lengths, est.available_bytes,
+        fixes = fitting_settings(recipe, config, task, device, precision, world_size, lengths, est.available_bytes,
                                  adapter)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
@@ -349,15 +349,16 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
                                   f"x grad_accum {tc.grad_accum} = global batch {global_batch}")
 
 
-def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, num_labels: int, device: torch.device,
+def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: TaskType, device: torch.device,
                precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False,
                adapter: Any = FROM_RECIPE) -> Preflight:
     """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
-    (the recipe's model, or the run's last/ on resume); ``lengths`` the tokenized training rows."""
+    (the recipe's model, or the run's last/ on resume); ``task`` the task's type (the head's labels and
+    model class); ``lengths`` the tokenized training rows."""
     check_positions(report, recipe, config)
     check_tokenizer(report, recipe, tokenizer, config)
-    check_head(report, recipe, config, num_labels, resume)
+    check_head(report, recipe, config, task, resume)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
-        check_memory(report, recipe, config, num_labels, device, precision, world_size, lengths, adapter)
+        check_memory(report, recipe, config, task, device, precision, world_size, lengths, adapter)
     return report

@@ -23,21 +23,22 @@ from typing import Any
 
 import torch
 
-from .. import data, rundir, trackers
-from ..data import BatchOrder
+from .. import rundir, trackers
 from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
 from ..methods import registry
 from ..methods.adapter import Adapted
 from ..methods.registry import MethodRun
 from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
-from ..holdout import holdout_split
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
 from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
+from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
+from ..tasks.batches import BatchOrder, padded_length, subset
+from ..tasks.holdout import holdout_split
 from . import checkpoint, compiled, preflight
 from .checkpoint import TrainerState
 from .loss import Term
@@ -49,31 +50,33 @@ from .progress import Reporter
 @dataclass
 class TaskData:
     spec: Task
-    train: data.Features
-    dev: dict[str, data.Features]
-    holdout: data.Features | None = None  # task.holdout's rows, taken out of train
+    kind: TaskType  # the task's type: how its batches are made (the loop's collate)
+    train: Features
+    dev: dict[str, Features]
+    holdout: Features | None = None  # task.holdout's rows, taken out of train
     sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
 
     @property
-    def chooses_on(self) -> dict[str, data.Features]:
+    def chooses_on(self) -> dict[str, Features]:
         """What evaluations during training score, and best/ is chosen by: the holdout, else dev."""
         return {"holdout": self.holdout} if self.holdout is not None else self.dev
 
 
 def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     cfg = recipe.task
-    spec = data.task_spec(cfg)
+    spec = task_spec(cfg)
+    kind = task_type_for(spec)
 
-    def features(examples: data.Examples) -> data.Features:
-        return data.tokenize(examples, tokenizer, cfg.max_seq_length)
+    def features(examples: Examples) -> Features:
+        return kind.tokenize(examples, tokenizer, cfg.max_seq_length)
 
-    examples = data.load_split(cfg, "train", cfg.max_train_examples)
+    examples = load_split(cfg, "train", cfg.max_train_examples)
     train, sentences = features(examples), [text for row in examples.texts for text in row]
-    dev = {split: features(data.load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
+    dev = {split: features(load_split(cfg, split, cfg.max_eval_examples)) for split in spec.dev_splits}
     if cfg.holdout <= 0:
-        return TaskData(spec, train, dev, sentences=sentences)
-    kept, held = holdout_split(train.labels, cfg.holdout, regression=spec.is_regression)
-    return TaskData(spec, data.subset(train, kept), dev, holdout=data.subset(train, held), sentences=sentences)
+        return TaskData(spec, kind, train, dev, sentences=sentences)
+    kept, held = holdout_split(kind, train.labels, cfg.holdout)
+    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -173,17 +176,17 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
-def _load_model(recipe: Recipe, spec: Task, last: Path | None, adapter: Any) -> tuple[BuiltModel, Adapted | None]:
+def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any) -> tuple[BuiltModel, Adapted | None]:
     """(the model with theta*, the recipe's adapter around it or None). A resumed run's weights come
     from last/; an adapter's last/ holds merged weights, so it starts from theta* again and loads its
     adapter's own files from last/."""
     if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, recipe.model.trust_remote_code), theta_star), None
-    built = build_model(recipe.model, spec.num_labels, recipe.train.seed, spec.id2label)
+        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code), theta_star), None
+    built = build_model(recipe.model, task, recipe.train.seed)
     if adapter is None:
         return built, None
-    adapted = adapter.wrap(built.model, recipe)
+    adapted = adapter.wrap(built.model, recipe, task)
     if last is not None:
         adapted.load(last)
     return BuiltModel(adapted.base_model, built.theta_star), adapted
@@ -247,7 +250,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
-    preflight.run_checks(recipe, tokenizer, config, report, num_labels=task.spec.num_labels, device=device,
+    preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
                          adapter=adapter)
     if not dry_run:
@@ -267,7 +270,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
-    prepared.built, prepared.adapter = _load_model(recipe, task.spec, last, adapter)
+    prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
@@ -354,7 +357,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         run.before_wrap(model, state.step)
     ddp_model = ctx.wrap(model, device)  # the same parameters; forward through it, save and eval `model`
     task_cfg = recipe.task
-    buckets = sorted({data.padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
+    buckets = sorted({padded_length(len(ids), task_cfg.pad_to_multiple_of, task_cfg.max_seq_length)
                       for ids in p.task.train.input_ids})
     forward = (compiled.compile_model(ddp_model, device, p.compile_mode, lengths=len(buckets)) if p.compile_mode
                else ddp_model)

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from ... import data
 from ...recipe import Recipe
+from ...tasks import Features
+from ...tasks.batches import pad_inputs
 from ...training.plan import recall_terms
 from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, cache_bytes, embed_examples, theta_star_copy
 
@@ -44,7 +45,7 @@ def plan_anchor(recipe: Recipe, examples: int, hidden_size: int) -> AnchorPlan:
                                    f"would take {size / 2**30:.2f} GiB, over the {CACHE_LIMIT_BYTES / 2**30:g} GiB limit")
 
 
-def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, torch.Tensor], features: data.Features,
+def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, torch.Tensor], features: Features,
                  *, total_steps: int, device: torch.device, autocast, pad_id: int, batch_size: int,
                  fresh: bool) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
     """(the anchor term, its plan, the pre-pass seconds). ``fresh``: ``model`` still holds theta*
@@ -63,8 +64,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
     def batches():
         for start in range(0, len(features), batch_size):
             indices = list(range(start, min(start + batch_size, len(features))))
-            batch = data.collate(features, indices, pad_id, task.pad_to_multiple_of, task.max_seq_length)
-            batch.pop("labels", None)
+            batch = pad_inputs(features, indices, pad_id, task.pad_to_multiple_of, task.max_seq_length)
             yield indices, {key: value.to(device) for key, value in batch.items()}
 
     started = time.perf_counter()

@@ -99,11 +99,11 @@ class Lora(Adapter):
                                 "(set train.linear_probe_steps=0, or model.lora.r=0)")
         return problems
 
-    def wrap(self, model: Any, recipe: Any) -> PeftLora:
+    def wrap(self, model: Any, recipe: Any, task: Any) -> PeftLora:
         from .peft_lora import wrap
 
         lora = recipe.model.lora
-        return PeftLora(wrap(model, lora.r, lora.alpha, lora.dropout, lora.target_modules))
+        return PeftLora(wrap(model, lora.r, lora.alpha, lora.dropout, lora.target_modules, task_type=task.peft_task_type))
 
     def trained_parameters(self, meta_model: Any, head: set[str], recipe: Any) -> int:
         """r x (in + out) on each targeted linear layer (peft's "all-linear" without the head's, or the

@@ -27,14 +27,16 @@ from ...errors import PreflightError
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 
 
-def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_modules: list[str] | None):
+def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_modules: list[str] | None, *,
+         task_type: str):
     """peft's model around ``model`` (a transformers sequence classifier): adapters on ``target_modules``
     (null: every linear layer of the encoder, peft's "all-linear", which leaves the output layer out),
-    the head in modules_to_save (task type SEQ_CLS). One line naming the key when nothing matches."""
+    the head in modules_to_save (``task_type``: the task type's peft TaskType, SEQ_CLS for a sequence
+    classifier). One line naming the key when nothing matches."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     targets = [m.strip() for m in target_modules] if target_modules else "all-linear"
-    config = LoraConfig(task_type=TaskType.SEQ_CLS, r=r, lora_alpha=alpha, lora_dropout=dropout,
+    config = LoraConfig(task_type=TaskType[task_type], r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets)
     try:
         with warnings.catch_warnings():

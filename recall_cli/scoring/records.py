@@ -19,17 +19,17 @@ from typing import Any
 
 import yaml
 
-from . import rundir
-from .errors import RecordError
-from .names import OPTIMIZERS
-from .rundir import RECORD_SECTION, Located, Summary
+from .. import rundir
+from ..errors import RecordError
+from ..names import OPTIMIZERS
+from ..rundir import RECORD_SECTION, Located, Summary
 # Record keys that name files: they differ per seed and must not split a setting into one row per run
 # (report.NOT_SETTINGS takes them from here).
 RECORD_PATH_KEYS = ("record.checkpoint", "record.models", "record.against")
 
 
 def _recipe_dict(source: Located) -> dict[str, Any]:
-    from .recipe.file import read_yaml
+    from ..recipe.file import read_yaml
 
     config = source.recipe_file
     if config is None or not config.is_file():
@@ -69,8 +69,8 @@ METHOD_KINDS = {name: o.kind for name, o in OPTIMIZERS.items()}  # how a merge i
 
 def _kind_of(item: dict[str, Any]) -> str:
     """'vanilla' / 'recadam' for a merge input that a recall run trained, 'pretrained' for any other model."""
-    from .recipe import OptimizerConfig
-    from .recipe.file import read_yaml
+    from ..recipe import OptimizerConfig
+    from ..recipe.file import read_yaml
 
     if item.get("optimizer"):  # recorded by the merge itself (merges before this field: read below)
         return METHOD_KINDS.get(item["optimizer"], item["optimizer"])
@@ -88,8 +88,8 @@ def _distance(folder: Path, against: str) -> float:
     """‖θ − θ*‖ over the encoder's parameters that θ* has (the head has no θ*), in float64."""
     import torch
 
-    from .model import load_encoder
-    from .optim.distance import distance_to_theta_star
+    from ..model import load_encoder
+    from ..optim.distance import distance_to_theta_star
 
     theta = dict(load_encoder(folder).named_parameters())
     star = dict(load_encoder(against).named_parameters())
@@ -113,8 +113,8 @@ def write_record(path: Path, out: Path, *, against: str | None = None, probe: bo
 def _write_record(path: Path, out: Path, *, against: str | None, probe: bool, device: str, overwrite: bool) -> dict[str, Any]:
     """write_record's work, under the lock on ``out``."""
     from .evaluate import evaluate_checkpoint
-    from .probes.targets import probe_targets
-    from .recipe import ProbeConfig, recipe_from_dict
+    from ..probes.targets import probe_targets
+    from ..recipe import ProbeConfig, recipe_from_dict
 
     _check_out(out, overwrite)
     rundir.check_writable(out, "--record")  # before the scoring: disk, permissions, a file in the way (exit 4)

@@ -1,48 +1,28 @@
-"""Evaluation metrics for GLUE and custom tasks, computed with scikit-learn and SciPy.
+"""The scores the task types report, computed with scikit-learn and SciPy (not by hand).
 
-``compute_metrics`` always returns a ``"main"`` entry: the number the paper reports for the task
-(Matthews correlation for CoLA, Pearson for STS-B, accuracy elsewhere), which model selection and
-summaries use. Which metrics a GLUE task reports is written in names.TASKS (main_metric, extra_metrics).
+Which of them a task reports, and which is its "main" one (the number the paper reports: Matthews
+correlation for CoLA, Pearson for STS-B, accuracy elsewhere), is written in names.TASKS (main_metric,
+extra_metrics) and decided by its type's ``metrics`` (tasks/classification.py, tasks/regression.py).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-if TYPE_CHECKING:
-    from .names import Task
 
-
-def compute_metrics(task: Task, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Score raw model outputs against the gold labels.
-
-    ``predictions`` are logits of shape [n, num_labels] (a 1-D array is taken as predicted class
-    ids), or for regression scores of shape [n, 1] or [n].
-    """
-    predictions = np.asarray(predictions)
-    labels = np.asarray(labels)
-    if task.is_regression:
-        metrics = _regression(predictions.reshape(-1).astype(np.float64), labels.reshape(-1).astype(np.float64))
-    else:
-        predicted = predictions.argmax(axis=-1) if predictions.ndim > 1 else predictions
-        metrics = _classification(task, predicted.astype(np.int64), labels.reshape(-1).astype(np.int64))
-    metrics["main"] = metrics[task.main_metric]
-    return metrics
-
-
-def _classification(task: Task, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def classification_scores(predicted: np.ndarray, labels: np.ndarray, *, f1: bool, mcc: bool) -> dict[str, float]:
+    """Accuracy of predicted class ids; with ``f1``, F1 of class 1; with ``mcc``, Matthews correlation."""
     _check_lengths(predicted, labels)
     metrics = {"accuracy": float(accuracy_score(labels, predicted))}
-    if "f1" in task.extra_metrics or (task.name == "custom" and task.num_labels == 2):
+    if f1:
         # F1 of class 1 (GLUE's "paraphrase"/"duplicate"); 0.0 rather than a warning when it is never predicted.
         metrics["f1"] = float(f1_score(labels, predicted, pos_label=1, average="binary", zero_division=0))
-    if "mcc" in task.extra_metrics:
+    if mcc:
         with warnings.catch_warnings():
             # Constant predictions make MCC's denominator 0; sklearn returns 0.0, which is what we want.
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -50,12 +30,20 @@ def _classification(task: Task, predicted: np.ndarray, labels: np.ndarray) -> di
     return metrics
 
 
-def _regression(predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def regression_scores(predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Pearson and Spearman correlation of predicted scores with the gold ones."""
     _check_lengths(predicted, labels)
     return {
         "pearson": _correlation(stats.pearsonr, predicted, labels),
         "spearman": _correlation(stats.spearmanr, predicted, labels),
     }
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Each row's class probabilities, in float64."""
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
 
 
 def _correlation(fn, predicted: np.ndarray, labels: np.ndarray) -> float:

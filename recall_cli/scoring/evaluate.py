@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .data import Features, collate
-from .names import Task
-from .distributed import Distributed
-from .metrics import compute_metrics
+from ..names import Task
+from ..distributed import Distributed
+from ..tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
+from ..tasks.batches import pad_inputs
 
 
 @torch.no_grad()
@@ -40,8 +40,7 @@ def predict(
     mine: dict[int, np.ndarray] = {}
     try:
         for b in range(rank, len(batches), world):
-            batch = collate(features, batches[b], pad_token_id)
-            batch.pop("labels")
+            batch = pad_inputs(features, batches[b], pad_token_id)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast or nullcontext():
                 logits = model(**batch).logits
@@ -70,10 +69,11 @@ def score(
     """The task's metrics by name plus "main". A second dev split (MNLI mismatched) adds its
     metrics with the split's suffix, e.g. accuracy_mismatched. Under torchrun every rank must call
     it (the predictions are gathered) and every rank gets the same metrics."""
+    kind = task_type_for(task)
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
         predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
-        values = compute_metrics(task, predictions, np.asarray(features.labels))
+        values = kind.metrics(predictions, np.asarray(features.labels))
         if i == 0:
             metrics.update(values)
         else:
@@ -96,26 +96,26 @@ class Scored:
 def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None = None) -> Scored:
     """The checkpoint at ``path`` and the task to score it on (evaluate and predict alike). A --task
     whose label count is not the checkpoint's is refused now, not after minutes of scoring."""
-    from . import data
-    from .model import load_config
-    from .recipe import TaskConfig, recipe_from_dict
-    from .recipe.file import read_yaml
-    from .rundir import locate
+    from ..errors import DataError
+    from ..model import load_config
+    from ..recipe import TaskConfig, recipe_from_dict
+    from ..recipe.file import read_yaml
+    from ..rundir import locate
 
     located = locate(path)
     folder, config = located.folder, located.recipe_file
     recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
     if recipe is None and task is None:
-        raise data.DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
+        raise DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
     task_cfg = recipe.task if recipe else TaskConfig(name=task)
     if task is not None and task != task_cfg.name:
         task_cfg = TaskConfig(name=task)
     if data_dir is not None:
         task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
     labels = getattr(load_config(str(folder)), "num_labels", None)
-    wanted = data.task_spec(task_cfg).num_labels
+    wanted = task_for(task_cfg).num_labels
     if labels is not None and labels != wanted:
-        raise data.DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
+        raise DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
                              f"{wanted}: score it on the task it was trained for (--task)")
     return Scored(folder, located.run_dir, recipe, task_cfg)
 
@@ -134,21 +134,21 @@ def evaluate_checkpoint(
     tokenization and eval batch size, so that the numbers agree with the ones the run recorded.
     ``holdout``: a run trained with task.holdout also has its held-out training rows scored (the same
     rows the run held out: the split is fixed by the task, not the seed), under "holdout_metrics"."""
-    from . import data
-    from .model import load_checkpoint_model, load_tokenizer
-    from .runtime import autocast_for, resolve_device, resolve_precision
+    from ..model import load_checkpoint_model, load_tokenizer
+    from ..runtime import autocast_for, resolve_device, resolve_precision
 
     scored = checkpoint_task(path, task, data_dir)
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
 
-    spec = data.task_spec(task_cfg)
+    kind = task_for(task_cfg)
+    spec = kind.spec
     splits = [split] if split else list(spec.dev_splits)
     tokenizer = load_tokenizer(str(folder))
-    model = load_checkpoint_model(folder)
+    model = load_checkpoint_model(folder, kind)
     dev = {}
     for name in splits:
-        examples = data.load_split(task_cfg, name, task_cfg.max_eval_examples)
-        dev[name] = data.tokenize(examples, tokenizer, task_cfg.max_seq_length)
+        examples = load_split(task_cfg, name, task_cfg.max_eval_examples)
+        dev[name] = kind.tokenize(examples, tokenizer, task_cfg.max_seq_length)
 
     dev_device = resolve_device(device)
     precision = recipe.train.precision if recipe else "auto"
@@ -164,18 +164,17 @@ def evaluate_checkpoint(
     scored_run = {"checkpoint": str(folder), "task": spec.name, "splits": splits,
                   "examples": {k: len(v) for k, v in dev.items()}, "metrics": metrics}
     if holdout and task_cfg.holdout > 0:
-        held = held_out_rows(task_cfg, spec, tokenizer)
+        held = held_out_rows(task_cfg, kind, tokenizer)
         scored_run["holdout_metrics"] = score(model, spec, {"holdout": held}, batch_size, dev_device, pad_id, autocast)
         scored_run["examples"]["holdout"] = len(held.labels)
     return scored_run
 
 
-def held_out_rows(task_cfg: Any, spec: Any, tokenizer: Any) -> Any:
+def held_out_rows(task_cfg: Any, task: TaskType, tokenizer: Any) -> Features:
     """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
-    from . import data
-    from .holdout import holdout_split
+    from ..tasks.holdout import holdout_split
 
-    train = data.load_split(task_cfg, "train", task_cfg.max_train_examples)
-    _, held = holdout_split(train.labels, task_cfg.holdout, regression=spec.is_regression)
-    rows = data.Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
-    return data.tokenize(rows, tokenizer, task_cfg.max_seq_length)
+    train = load_split(task_cfg, "train", task_cfg.max_train_examples)
+    _, held = holdout_split(task, train.labels, task_cfg.holdout)
+    rows = Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
+    return task.tokenize(rows, tokenizer, task_cfg.max_seq_length)

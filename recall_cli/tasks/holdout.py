@@ -6,31 +6,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import DataError
+from ..errors import DataError
+from .base import TaskType
 
 HOLDOUT_SEED = 20_260_425  # fixed: every run of a task, whatever its train.seed, holds out the same rows
 
 
-def holdout_split(labels: Sequence[Any], fraction: float, *, regression: bool) -> tuple[list[int], list[int]]:
-    """(training indices, holdout indices), both in the split's order. Stratified: each class gives
-    round(fraction x its rows) rows, at least one; a regression task is stratified by the label's
-    quintile. Raises DataError when a class has too few rows to give one and keep one."""
+def holdout_split(task: TaskType, labels: Sequence[Any], fraction: float) -> tuple[list[int], list[int]]:
+    """(training indices, holdout indices), both in the split's order. Stratified by the task type's
+    strata (a class; a regression label's quintile): each gives round(fraction x its rows) rows, at
+    least one. Raises DataError when a stratum has too few rows to give one and keep one."""
     import random
 
-    if regression:
-        ranks = sorted(range(len(labels)), key=lambda i: labels[i])
-        strata = {i: min(4, 5 * r // max(1, len(labels))) for r, i in enumerate(ranks)}
-    else:
-        strata = {i: label for i, label in enumerate(labels)}
     by_stratum: dict[Any, list[int]] = {}
-    for i in range(len(labels)):
-        by_stratum.setdefault(strata[i], []).append(i)
+    for i, stratum in enumerate(task.strata(labels)):
+        by_stratum.setdefault(stratum, []).append(i)
     rng = random.Random(HOLDOUT_SEED)
     held: set[int] = set()
     for stratum, rows in sorted(by_stratum.items(), key=lambda kv: str(kv[0])):
         take = max(1, round(fraction * len(rows)))
         if take >= len(rows):
-            raise DataError(f"task.holdout={fraction:g}: {'label' if not regression else 'stratum'} {stratum!r} has "
+            raise DataError(f"task.holdout={fraction:g}: {task.stratum} {stratum!r} has "
                             f"{len(rows)} training row{'s' if len(rows) != 1 else ''}, too few to hold one out and "
                             "train on the rest (lower task.holdout, or use more training rows)")
         held.update(rng.sample(rows, take))

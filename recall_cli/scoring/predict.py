@@ -1,6 +1,6 @@
 """Predictions from a trained checkpoint, as run_glue.py's --do_predict writes them: `recall predict`.
 
-Three kinds of rows, one scoring loop (evaluate.predict: batched, sorted by length, under the run's
+Three kinds of rows, one scoring loop (scoring.evaluate.predict: batched, sorted by length, under the run's
 autocast, on CPU or CUDA):
 
 * ``test`` (MNLI: ``test_matched``, ``test_mismatched``): the task's GLUE test split, from
@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from ..errors import DataError, RunDirError
 
-from .errors import DataError, RunDirError
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
+    from ..tasks import TaskType
 
 SPLITS = ("test", "dev", "test_matched", "test_mismatched", "dev_matched", "dev_mismatched")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
@@ -84,15 +86,16 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 def load_rows(task_cfg: Any, split: str | Path) -> Rows:
     """The rows of ``split`` for the task ``task_cfg`` describes (see the module's docstring)."""
-    from . import data
+    from ..tasks import load_split, task_for
 
-    spec = data.task_spec(task_cfg)
+    task = task_for(task_cfg)
+    spec = task.spec
     if isinstance(split, Path):
-        return _user_file(spec, split)
+        return _user_file(task, split)
     if split.startswith("dev"):
         if split != "dev" and split not in spec.dev_splits:
             raise DataError(f"task {spec.name} has no split '{split}': use test, dev or a file of your own")
-        examples = data.load_split(task_cfg, split, task_cfg.max_eval_examples)
+        examples = load_split(task_cfg, split, task_cfg.max_eval_examples)
         return Rows(examples.texts, [str(i) for i in range(len(examples))], list(examples.labels), examples.source)
     if spec.name == "custom":
         raise DataError("a custom task has no test split: predict your own file with --split FILE (.csv, .tsv or .jsonl)")
@@ -114,7 +117,7 @@ def _test_split(spec: Any, split: str) -> str:
 def _text_column_choices(spec: Any) -> list[tuple[str, ...]]:
     """The header styles a task's text columns come in: the GLUE TSV's, the other one in circulation,
     the hub's (what a user exporting the hub's dataset has)."""
-    from .names import TASKS
+    from ..names import TASKS
 
     choices = [tuple(spec.text_fields)]
     task = TASKS.get(spec.name)
@@ -135,7 +138,7 @@ def _pick_text_columns(source: Path | str, names: list[str], spec: Any, where: s
 
 
 def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
-    from .data import _check_width, _delimited_rows, _read_text
+    from ..tasks.files import check_width, delimited_rows, read_text
 
     path = data_dir / f"{split}.tsv"
     folder = spec.folder
@@ -144,7 +147,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
             f"{path}: no such file: the GLUE {folder} folder has no {split} split (the copies in data/glue/ "
             f"ship none): put GLUE's {folder}/{split}.tsv there, or point --data-dir at a folder that has it, "
             "or predict a file of your own with --split FILE")
-    rows = _delimited_rows(path, _read_text(path, "check --data-dir"), "\t", csv.QUOTE_NONE)
+    rows = delimited_rows(path, read_text(path, "check --data-dir"), "\t", csv.QUOTE_NONE)
     try:
         _, header = next(rows)
     except StopIteration:
@@ -156,7 +159,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
     texts: list[tuple[str, ...]] = []
     index: list[str] = []
     for line, row in rows:
-        _check_width(path, line, row, len(header), "tab-separated")
+        check_width(path, line, row, len(header), "tab-separated")
         texts.append(tuple(row[i] for i in text_cols))
         index.append(row[index_col].strip() if index_col is not None else str(len(index)))
     if not texts:
@@ -165,7 +168,7 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
 
 
 def _glue_test_hub(spec: Any, split: str) -> Rows:
-    from .names import TASKS
+    from ..names import TASKS
 
     folder = spec.folder
     columns = TASKS[spec.name].hub_text_columns
@@ -185,24 +188,26 @@ def _glue_test_hub(spec: Any, split: str) -> Rows:
     return Rows([tuple(t) for t in texts], index, None, f"nyu-mll/glue ({spec.name}, {split})")
 
 
-def _user_file(spec: Any, path: Path) -> Rows:
+def _user_file(task: TaskType, path: Path) -> Rows:
     """A user's .csv/.tsv/.jsonl: the task's text columns (any header style of _text_column_choices)
-    and, optionally, its label column (the task's label field, or "label")."""
-    from .data import _check_width, _delimited_rows, _json_scalar, _read_text, jsonl_objects
+    and, optionally, its label column (the task's label field, or "label"), read by the task type's
+    parse_label (a label as the task's files write it, "1", or as its class is called, "positive")."""
+    spec = task.spec
+    from ..tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
 
     suffix = path.suffix.lower()
-    text = _read_text(path, "check the --split path")
+    text = read_text(path, "check the --split path")
     records: list[tuple[int, dict[str, str]]] = []
     if suffix == ".jsonl":
         for line, record in jsonl_objects(path, text):
-            records.append((line, {k: _json_scalar(v, path, line, k) for k, v in record.items()
+            records.append((line, {k: json_scalar(v, path, line, k) for k, v in record.items()
                                    if not isinstance(v, (list, dict))}))
         if not records:
             raise DataError(f"{path}: no examples found: write one JSON object per line")
         columns = _pick_text_columns(path, list(records[0][1]), spec, f"line {records[0][0]}")
     else:
         delimiter, quoting, what = ("\t", csv.QUOTE_NONE, "tab-separated") if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL, "comma-separated")
-        rows = _delimited_rows(path, text, delimiter, quoting)
+        rows = delimited_rows(path, text, delimiter, quoting)
         try:
             _, header = next(rows)
         except StopIteration:
@@ -210,7 +215,7 @@ def _user_file(spec: Any, path: Path) -> Rows:
         names = [h.strip() for h in header]
         columns = _pick_text_columns(path, names, spec, "line 1")
         for line, row in rows:
-            _check_width(path, line, row, len(header), what)
+            check_width(path, line, row, len(header), what)
             records.append((line, dict(zip(names, row))))
         if not records:
             raise DataError(f"{path}: no examples found: the file needs at least one row under its header")
@@ -226,29 +231,9 @@ def _user_file(spec: Any, path: Path) -> Rows:
                             f"text column{'s' if len(columns) > 1 else ''} {', '.join(columns)}")
         texts.append(tuple(record[c] for c in columns))
         if label_field is not None:
-            labels.append(_user_label(spec, record.get(label_field, ""), f"{path} line {line}"))
+            labels.append(task.parse_label(record.get(label_field, ""), f"{path} line {line}", predicting=True))
     has_labels = label_field is not None and any(label is not None for label in labels)
     return Rows(texts, [str(i) for i in range(len(texts))], labels if has_labels else None, str(path))
-
-
-def _user_label(spec: Any, value: str, where: str) -> int | float | None:
-    """A label as the task's files write it ("1"), or as its class is called ("positive"); empty: none."""
-    value = value.strip()
-    if not value:
-        return None
-    if spec.is_regression:
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if not math.isfinite(number):
-            raise DataError(f"{where}: label '{value}' is not a finite number: fix the row, or leave the label empty")
-        return number
-    for names in (spec.label_names, spec.class_names):
-        if names and value in names:
-            return names.index(value)
-    known = list(dict.fromkeys([*(spec.label_names or ()), *(spec.class_names or ())]))
-    raise DataError(f"{where}: label '{value}' is not one of {', '.join(known)}: fix the row, or leave the label empty")
 
 
 # ---- scoring and writing --------------------------------------------------------------------------
@@ -260,7 +245,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
     elsewhere, as `recall evaluate` does; bf16 on a GPU without it: fp32."""
     import torch
 
-    from .rundir import TRAINER_STATE_FILE, read_summary
+    from ..rundir import TRAINER_STATE_FILE, read_summary
 
     precision = recipe.train.precision if recipe is not None else "auto"
     if precision == "auto":
@@ -283,36 +268,22 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
     return precision
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
+def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
+    """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities),
+    each row as the task type predicts it (a class's name and the probabilities, a score)."""
+    from ..rundir import dumps_strict
 
-
-def format_predictions(spec: Any, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
-    """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities)."""
-    from .rundir import dumps_strict
-
-    if spec.is_regression:
-        scores = [float(v) for v in outputs[:, 0]]
-        names: list[Any] = scores
-        probabilities = None
-    else:
-        ids = outputs.argmax(axis=1)
-        classes = spec.id2label or tuple(str(i) for i in range(spec.num_labels))
-        names = [classes[i] for i in ids]
-        probabilities = softmax(outputs)
+    predicted = task.predictions(outputs)
     if fmt == "tsv":
-        shown = [f"{v:.6g}" for v in names] if spec.is_regression else names
-        return "index\tprediction\n" + "".join(f"{i}\t{p}\n" for i, p in zip(rows.index, shown))
+        return "index\tprediction\n" + "".join(f"{i}\t{p.text}\n" for i, p in zip(rows.index, predicted))
     lines = []
-    for n in range(len(rows)):
+    for n, prediction in enumerate(predicted):
         record: dict[str, Any] = {"index": int(rows.index[n]) if rows.index[n].lstrip("-").isdigit() else rows.index[n],
-                                  "prediction": names[n]}
+                                  "prediction": prediction.value}
         if rows.labels is not None and rows.labels[n] is not None:
             record["label"] = rows.labels[n]
-        if probabilities is not None:
-            record["probabilities"] = [float(p) for p in probabilities[n]]
+        if prediction.probabilities is not None:
+            record["probabilities"] = prediction.probabilities
         lines.append(dumps_strict(record) + "\n")
     return "".join(lines)
 
@@ -320,7 +291,7 @@ def format_predictions(spec: Any, rows: Rows, outputs: np.ndarray, fmt: str) -> 
 def write_atomic(out: Path, text: str) -> None:
     """``out`` complete or not at all: staged beside it and renamed into place (rundir.write_text_atomic);
     a stop while staging removes the staged file."""
-    from .rundir import write_text_atomic
+    from ..rundir import write_text_atomic
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -343,10 +314,10 @@ def predict_to_file(
 ) -> dict[str, Any]:
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
     ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
-    from . import data
     from .evaluate import checkpoint_task, predict
-    from .model import load_checkpoint_model, load_tokenizer
-    from .runtime import autocast_for, resolve_device
+    from ..model import load_checkpoint_model, load_tokenizer
+    from ..runtime import autocast_for, resolve_device
+    from ..tasks import Examples, task_for
 
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
@@ -355,14 +326,14 @@ def predict_to_file(
     check_out(out, overwrite)
     scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
-    spec = data.task_spec(task_cfg)
+    kind = task_for(task_cfg)
     rows = load_rows(task_cfg, which)
     dev_device = resolve_device(device, option="--device")
 
-    model = load_checkpoint_model(folder)
+    model = load_checkpoint_model(folder, kind)
     tokenizer = load_tokenizer(str(folder))
-    placeholder = [0.0 if spec.is_regression else 0] * len(rows)
-    features = data.tokenize(data.Examples(rows.texts, placeholder, rows.source), tokenizer, task_cfg.max_seq_length)
+    unlabelled = [0] * len(rows)  # never read: predict pads the inputs alone
+    features = kind.tokenize(Examples(rows.texts, unlabelled, rows.source), tokenizer, task_cfg.max_seq_length)
     precision = run_precision(recipe, scored.run_dir, folder, dev_device)
     if batch_size is None:
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
@@ -371,7 +342,7 @@ def predict_to_file(
     outputs = predict(model, features, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
     fmt = output_format(out, which)
     check_out(out, overwrite)  # still free: nothing took the name while the model ran
-    write_atomic(out, format_predictions(spec, rows, outputs, fmt))
-    return {"checkpoint": str(folder), "task": spec.name, "split": str(which), "source": rows.source,
+    write_atomic(out, format_predictions(kind, rows, outputs, fmt))
+    return {"checkpoint": str(folder), "task": kind.spec.name, "split": str(which), "source": rows.source,
             "examples": len(rows), "out": str(out), "format": fmt, "device": str(dev_device),
             "precision": precision, "batch_size": batch_size}
