@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .methods import registry
+from .rundir.layout import BEST_DIR, LP_DIR
 from .names import MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 from .tasks import TASK_TYPES, TaskType, task_for
 
@@ -173,7 +174,7 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     run = Path(recipe.output_dir)
     lines = [f"# {run.name}: {checkpoint}/", ""]
     start = "from its pretrained weights" if m.init == "pretrained" else "from a random initialisation of its architecture"
-    which = {"best": "the best dev score", "lp": "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
+    which = {BEST_DIR: "the best dev score", LP_DIR: "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
     glue = "GLUE " if recipe.task.name in TASKS else ""
     lines += [(f"`{m.name_or_path}` fine-tuned on {glue}{task} {start} with {label}, by recall {version}. "
                f"This folder is step {step} of {total_steps} ({which}); recall wrote this card with its weights."), ""]

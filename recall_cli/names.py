@@ -241,16 +241,14 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
     KeyAlias("train.epochs", None, "ep"),
     KeyAlias("train.batch_size", None, "bs"),
     KeyAlias("train.warmup_steps", None, "warmup"),
-    KeyAlias("keep.embeddings", "keep", "keep"),
-    KeyAlias("train.linear_probe_steps", "lp", "lp"),
-    KeyAlias("model.lora.r", "lora_r", "r"),
-    KeyAlias("model.lora.alpha", None, "alpha"),
     KeyAlias("record.merge", "merge", None),
     KeyAlias("record.weights", "weights", None),
     KeyAlias("record.with", "with", None),
     KeyAlias("record.temperature", "tau", None),
     KeyAlias("record.gamma_rule", "gamma", None),
 )
+# A method's switch has its short name and cell prefix in its registry entry (Method.short, Method.cell):
+# methods.registry.key_aliases() adds them to these two.
 SHORT_KEYS = {a.short: a.key for a in KEY_ALIASES if a.short}  # "k" -> "optimizer.anneal_k"
 CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "train.seed" -> "s"
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import STOPPED, RecipeError, SweepError, signals_raise
+from .methods.registry import key_aliases
 from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
 from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
@@ -162,7 +163,7 @@ def name_part(key: str, value: str) -> str:
     x init x 5 seeds); keys whose values read well on their own ("random", "adamw", "mrpc") have none."""
     if key == "model.name_or_path":
         value = value.removeprefix("pkg:")
-    prefix = CELL_PREFIXES.get(key, key.rsplit(".", 1)[-1])
+    prefix = {**CELL_PREFIXES, **key_aliases()[1]}.get(key, key.rsplit(".", 1)[-1])
     return prefix + _clean(value)
 
 

@@ -58,6 +58,14 @@ def test_one_alias_table_names_sweep_cells_and_resolves_report_keys():
             assert resolve_key(alias.short) == alias.key
         if alias.cell is not None:
             assert name_part(alias.key, "x1") == f"{alias.cell}x1"
+    from recall_cli.methods import methods
+
+    for method in methods():  # a method's switch: its short name and cell prefix come from its registry entry
+        if method.short:
+            assert resolve_key(method.short) == method.switch
+        assert name_part(method.switch, "x1") == f"{method.cell}x1"
+    assert [resolve_key("lora_r"), name_part("model.lora.r", "8"), name_part("model.lora.alpha", "16")] \
+        == ["model.lora.r", "r8", "alpha16"]
     assert [name_part("train.seed", "3"), name_part("optimizer.anneal_k", "0.1"), name_part("model.init", "random")] \
         == ["s3", "k0.1", "random"]
 

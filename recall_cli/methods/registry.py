@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from ..errors import PluginError
 
@@ -59,6 +59,7 @@ class Method:
     switch: ClassVar[str]  # the dotted key whose value turns it on (0 / null / false = off) and is its strength
     keys: ClassVar[tuple[str, ...]] = ()  # every dotted key it reads (docs, sweeps)
     cell: ClassVar[str] = ""  # a sweep cell's prefix for the switch: keep1.0, lp100, r8
+    short: ClassVar[str | None] = None  # the switch's short name in compare --by / --where and labels: lora_r
     needs: ClassVar[str | None] = None  # what of theta* it keeps during training ("features"), or None
     record_fields: ClassVar[tuple[str, ...]] = ()  # what it adds to metrics.jsonl's train records
     family: ClassVar[Family | None] = None
@@ -97,6 +98,11 @@ class Method:
     def check_steps(self, recipe: Any, total_steps: int) -> list[str]:
         """Problems only the run's length shows (under train.epochs the recipe alone cannot know it)."""
         return []
+
+    def reads_recall_schedule(self, recipe: Any) -> bool:
+        """Whether it reads RecAdam's anneal_* keys itself (the anchor's keep.schedule=recall): then an
+        optimizer without recall terms does not leave those keys unread."""
+        return False
 
     def recall_offset(self, recipe: Any) -> int:
         """Steps of the run before RecAdam's clock starts for the encoder (LP-FT: its head phase)."""
@@ -262,5 +268,8 @@ def summary_block(recipe: Any, on: list[Method] | None = None, **facts: Any) -> 
     return block
 
 
-def each(hook: Callable[[Method], Any]) -> list[Any]:
-    return [hook(m) for m in methods()]
+def key_aliases() -> tuple[dict[str, str], dict[str, str]]:
+    """(short name -> key, key -> sweep cell prefix) of every method's switch: names.SHORT_KEYS and
+    names.CELL_PREFIXES for the keys that are not a method's."""
+    return ({m.short: m.switch for m in methods() if m.short},
+            {m.switch: m.cell for m in methods() if m.cell})

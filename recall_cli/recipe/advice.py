@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..methods.registry import active
 from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
 from .schema import OptimizerConfig, Recipe
 
@@ -21,7 +22,7 @@ def unused_keys(recipe: Recipe) -> list[str]:
     if OPTIMIZERS[o.name].anchored:
         return []
     init = ["model.init"] if recipe.model.init == "random" else []
-    if recipe.keep.embeddings > 0 and recipe.keep.schedule == "recall":
+    if any(m.reads_recall_schedule(recipe) for m in active(recipe)):  # the anchor's keep.schedule=recall
         return init
     default = OptimizerConfig()
     return init + [key for key in RECADAM_ONLY_KEYS if getattr(o, key.split(".")[1]) != getattr(default, key.split(".")[1])]

@@ -27,7 +27,7 @@ from ..merge.methods import METHODS as MERGE_METHODS
 from ..methods.registry import methods
 from ..names import INIT_TITLES, is_vanilla
 from .labels import METHOD_NAMES, _fmt_setting, group_label
-from .runs import LABEL_NAMES
+from .runs import label_names
 
 # The families that are not a method's (a method's line comes from its registry entry: family_titles()).
 FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ"}
@@ -163,8 +163,8 @@ def _describe(shown: dict[str, Any], full: dict[str, Any], varying: set[str]):
     """(name, kind, strength, families, the family it is ranked with or None)."""
     merge = full.get("record.merge")
     trained, kind = _trained_name(shown, full)
-    named = set(NAMED_KEYS) | set(method_keys())
-    extras = [f"{LABEL_NAMES.get(k, k)}={_fmt_setting(v)}" for k, v in shown.items()
+    named, names = set(NAMED_KEYS) | set(method_keys()), label_names()
+    extras = [f"{names.get(k, k)}={_fmt_setting(v)}" for k, v in shown.items()
               if k not in named and v is not None]
     source = {k: v for k, v in shown.items() if not k.startswith("record.")}  # what was trained
     families: list[tuple[str, float]] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..names import INIT_TITLES, OPTIMIZERS, is_vanilla
-from .runs import LABEL_NAMES
+from .runs import label_names
 
 METHOD_NAMES = {name: o.label for name, o in OPTIMIZERS.items()}
 
@@ -40,9 +40,9 @@ def group_label(settings: dict[str, Any], preset: str | None = None) -> str:
         # task.max_train_examples for every row): not a value to print, for any method alike.
         if key in ("optimizer.name", "model.init") or value is None:
             continue
-        parts.append(f"{LABEL_NAMES.get(key, key)}={_fmt_setting(value)}")
+        parts.append(f"{label_names().get(key, key)}={_fmt_setting(value)}")
     if not parts and settings:  # every key unset: say which (beside a row that sets one)
-        parts = [f"{LABEL_NAMES.get(key, key)} unset" for key in settings]
+        parts = [f"{label_names().get(key, key)} unset" for key in settings]
     return ", ".join(parts) or "all runs"
 
 

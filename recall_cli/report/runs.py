@@ -58,7 +58,18 @@ NOT_SETTINGS = set(NOT_SETTING_REASONS)
 # one that leaves the key alone are one setting.
 NO_DEFAULT_FILL = ("train.precision",)
 # Short names (names.KEY_ALIASES): --by k resolves to optimizer.anneal_k, and a group label reads k=0.1.
+# The methods' switches have theirs in the registry: short_keys() and label_names() hold both.
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
+
+
+def short_keys() -> dict[str, str]:
+    from ..methods.registry import key_aliases
+
+    return {**SHORT_KEYS, **key_aliases()[0]}
+
+
+def label_names() -> dict[str, str]:
+    return {v: k for k, v in short_keys().items()}
 
 
 def is_setting_key(key: str) -> bool:
@@ -271,10 +282,11 @@ def resolve_key(key: str) -> str:
     """'k' -> 'optimizer.anneal_k'; a dotted recipe key stays; anything else is an error with a hint."""
     from ..recipe import all_keys
 
-    key = SHORT_KEYS.get(key, key)
+    shorts = short_keys()
+    key = shorts.get(key, key)
     valid = all_keys()
     if key not in valid and not key.startswith("record."):  # a scored record's settings (scoring/records.py)
-        close = difflib.get_close_matches(key, valid + list(SHORT_KEYS), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, valid + list(shorts), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else " (a dotted recipe key such as optimizer.anneal_k, or k, t0, init, optimizer, lr)"
         raise ReportError(f"unknown key '{key}'{hint}")
     return key

@@ -245,7 +245,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
     elsewhere, as `recall evaluate` does; bf16 on a GPU without it: fp32."""
     import torch
 
-    from ..rundir import TRAINER_STATE_FILE, read_summary
+    from ..rundir import LAST_DIR, TRAINER_STATE_FILE, read_summary
 
     precision = recipe.train.precision if recipe is not None else "auto"
     if precision == "auto":
@@ -253,7 +253,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
         summary = read_summary(run_dir) if run_dir is not None else None
         if summary is not None and summary.precision:
             precision = summary.precision
-        for state in (folder / TRAINER_STATE_FILE, *((run_dir / "last" / TRAINER_STATE_FILE,) if run_dir else ())):
+        for state in (folder / TRAINER_STATE_FILE, *((run_dir / LAST_DIR / TRAINER_STATE_FILE,) if run_dir else ())):
             if precision is None and state.is_file():
                 try:
                     precision = json.loads(state.read_text(encoding="utf-8")).get("precision")

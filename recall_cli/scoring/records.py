@@ -161,7 +161,7 @@ def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Pat
     """The step the scored weights stand for: the run's best step for best/, else its last step; for
     a merge output, the latest of its inputs' steps."""
     def step_of(run: Path, checkpoint_name: str) -> int:
-        summary = rundir.read_summary(run) if checkpoint_name == "best" else None
+        summary = rundir.read_summary(run) if checkpoint_name == rundir.BEST_DIR else None
         best_step = ((summary.best if summary else None) or {}).get("step")
         if isinstance(best_step, int):
             return best_step
@@ -173,7 +173,7 @@ def _source_step(run_dir: Path | None, merge: dict[str, Any] | None, folder: Pat
     steps = []
     for item in (merge or {}).get("inputs") or []:
         model = Path(item.get("model") or "")
-        for run, name in ((model, "best"), (model.parent, model.name)):
+        for run, name in ((model, rundir.BEST_DIR), (model.parent, model.name)):
             if (run / rundir.CONFIG_FILE).is_file():
                 steps.append(step_of(run, name))
                 break

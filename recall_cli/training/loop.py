@@ -278,7 +278,7 @@ class _Loop:
         if t.prober is not None and probe_now:
             self.probe(step)
         if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
-            save_weights(t, "best", card=self.card("best", step))
+            save_weights(t, rundir.BEST_DIR, card=self.card(rundir.BEST_DIR, step))
         for run in t.method_runs:  # phase ends (LP-FT's lp/), after this step's best/
             run.after_step(self, step)
         if save_now:
@@ -395,7 +395,8 @@ class _Loop:
         t.state.compile_fallback = record.fallback
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.is_main:
-            folder = save_weights(t, "last", t.state.__dict__, t.optimizer, t.scaler, rng_states, card=self.card("last", step))
+            folder = save_weights(t, rundir.LAST_DIR, t.state.__dict__, t.optimizer, t.scaler, rng_states,
+                                  card=self.card(rundir.LAST_DIR, step))
             checkpoint.rotate_step_checkpoints(t.run_dir, step, t.recipe.train.keep_last, folder)
         t.ctx.barrier()  # no rank runs ahead of, or exits before, a complete last/
 

@@ -165,7 +165,7 @@ def _resumable(run_dir: Path) -> Path | None:
     """The last/ that --resume continues, or None for a run that never completed a save (it starts over).
     A run that saved but cannot be continued exactly is one RunDirError: starting it over would replace
     a trained run (its best/, metrics and summary)."""
-    last = rundir.find_checkpoint(run_dir, "last")
+    last = rundir.find_checkpoint(run_dir, rundir.LAST_DIR)
     if last is not None and not (last / rundir.OPTIMIZER_FILE).is_file() and rundir.read_summary(run_dir) is not None:
         raise RunDirError(f"{run_dir} has finished, and its optimizer state was removed (train.save=final): there is "
                           f"nothing to resume; to train on, start a new run from {last} (model.name_or_path={last})")

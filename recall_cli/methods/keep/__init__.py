@@ -23,6 +23,7 @@ class EmbeddingAnchorMethod(Method):
     switch = "keep.embeddings"
     keys = ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule")
     cell = "keep"
+    short = "keep"
     needs = "features"
     record_fields = ("loss_task", "loss_keep", "keep_weight")
     family = Family("keep", "#E69F00", hue_rank=0, line_title="embedding anchor", line_style="--")
@@ -44,6 +45,9 @@ class EmbeddingAnchorMethod(Method):
             problems.append("keep.embeddings: a random-init run has no pretrained function to keep "
                             "(set model.init=pretrained, or keep.embeddings=0)")
         return problems
+
+    def reads_recall_schedule(self, recipe: Any) -> bool:
+        return recipe.keep.schedule == "recall"
 
     def start(self, run: Any) -> MethodRun:
         """The anchor's term, built before the run directory is written (the pre-pass is the slow part:

@@ -63,6 +63,7 @@ class Lora(Adapter):
     switch = "model.lora.r"
     keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules")
     cell = "r"
+    short = "lora_r"
     family = Family("lora", "#D55E00", hue_rank=1)
 
     def describe(self, recipe: Any) -> str:

@@ -26,6 +26,7 @@ class LinearProbeThenFinetune(Method):
     switch = "train.linear_probe_steps"
     keys = ("train.linear_probe_steps", "train.linear_probe_lr")
     cell = "lp"
+    short = "lp"
     family = Family("lpft", "#56B4E9", hue_rank=2, wise_hue="#882255")
 
     def describe(self, recipe: Any) -> str:
