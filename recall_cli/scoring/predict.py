@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError, RunDirError
+from ..tasks import TaskType
 
-if TYPE_CHECKING:  # annotations only
+if TYPE_CHECKING:  # annotations only: numpy loads with the model
     import numpy as np
-
-    from ..tasks import TaskType
 
 SPLITS = ("test", "dev", "test_matched", "test_mismatched", "dev_matched", "dev_mismatched")
 FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
