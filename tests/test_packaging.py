@@ -39,9 +39,10 @@ def test_wheel_and_sdist_build_and_the_wheel_installs_into_a_fresh_venv(tmp_path
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     assert "recall_cli/cli/__init__.py" in names and "recall_cli/training/loop.py" in names
-    assert "recall_cli/methods/lora.py" in names and not any(n.startswith("tests/") for n in names)
+    assert "recall_cli/methods/lora/__init__.py" in names and "recall_cli/methods/registry.py" in names
+    assert not any(n.startswith("tests/") for n in names)
     with tarfile.open(sdist) as t:
-        assert any(n.endswith("recall_cli/methods/keep.py") for n in t.getnames())
+        assert any(n.endswith("recall_cli/methods/keep/term.py") for n in t.getnames())
 
     # A fresh venv with only the wheel installed (no index: --no-deps); its dependencies are reached
     # through a .pth file naming this environment's site-packages, which is added after the venv's own,
