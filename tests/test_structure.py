@@ -177,3 +177,12 @@ def test_stale_names_are_found_and_ordinary_words_are_not():
         "recall_cli.train.finetune", "recall_cli.rundir.layout.nothing_here"]
     # Words with dots are not files: "e.g.", "0.1", "config.yaml", "torch.compile", "self.state[p]".
     assert missing_names(here, "e.g. 0.1 in config.yaml; torch.compile, self.state[p], a.k.a. x.pyc") == []
+
+
+def test_the_walk_counts_a_loop_once():
+    """A per-row loop between modules (a reader and the task type's label parser) is one pass of the set-up's
+    walk, not one stay per row; a module visited again later, after other modules, counts again."""
+    collapse = structure().collapse_loops
+    assert collapse(["a", "b", "c", "b", "c", "b", "c", "d"]) == ["a", "b", "c", "d"]
+    assert collapse(["a", "b", "c", "a", "b", "c", "x", "a"]) == ["a", "b", "c", "x", "a"]
+    assert collapse(["a", "b", "a", "c"]) == ["a", "b", "a", "c"]
