@@ -70,15 +70,20 @@ def staged_folder(dest: Path, check: Callable[[], None] | None = None) -> Iterat
     any error, or an interruption, the staging folder is removed and ``dest`` is as it was: a reader
     sees the old folder or the complete new one, never a part."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    staging: Path | None = None
     try:
+        # Made and named with SIGINT/SIGTERM held: one landing between the two would leave a folder
+        # nobody knows to remove; held, it is raised here, inside the try, with `staging` set.
+        with _signals_held():
+            staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
         yield staging
         if check is not None:
             check()
         swap_into_place(staging, dest)
     except BaseException:
         with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
