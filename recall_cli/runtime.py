@@ -38,6 +38,20 @@ def resolve_device(name: str, local_rank: int | None = None, *, option: str = "t
     return torch.device(name)
 
 
+def device_name(device: torch.device) -> str:
+    """The hardware a run computed on, for its record: the GPU's model (torch's name for it), or the
+    CPU's (torch.cpu's capabilities, where this torch has them; else the platform's processor)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    get_capabilities = getattr(torch.cpu, "get_capabilities", None)
+    name = str(get_capabilities().get("cpu_name") or "") if get_capabilities is not None else ""
+    if not name:
+        import platform
+
+        name = platform.processor() or platform.machine()
+    return name or "cpu"
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX-BF16), where oneDNN's bf16 matmuls
     beat fp32. Elsewhere bf16 is emulated and autocast slows training down, so `auto` keeps fp32."""

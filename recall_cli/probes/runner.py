@@ -7,6 +7,7 @@ at construction); ``measure(model)`` runs θ and returns one flat record, one fi
     cka_layers, cka_debiased_layers   the same per layer: embedding output, then every block
     drift                        mean over texts of 1 - cos(e_θ, e_θ*), pooled last layer
     sts, sts_ref, sts_retained   STS Spearman of θ, of θ*, and their ratio
+    sts_pairs                    how many STS pairs they rest on
     mlm_loss, mlm_loss_ref, mlm_ratio   θ's encoder under θ*'s MLM head, θ*'s own loss, ratio
     probe_seconds                wall time of the measurement
 
@@ -236,6 +237,7 @@ class Prober:
         if "sts" in self.probes:
             record["sts"], record["sts_ref"] = mine["sts"], self.ref["sts"]
             record["sts_retained"] = _ratio(mine["sts"], self.ref["sts"])
+            record["sts_pairs"] = len(self.pairs)  # how many pairs the number rests on (records before it: 256)
         if "mlm" in self.probes:
             record["mlm_loss"], record["mlm_loss_ref"] = mine["mlm"], self.ref["mlm"]
             record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])

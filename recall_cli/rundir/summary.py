@@ -39,6 +39,7 @@ class Summary:
     train_seconds: float | None = None  # training runs: timing, where and how
     samples_per_s: float | None = None
     device: str | None = None
+    device_name: str | None = None  # the GPU's or CPU's model (None in runs made before it was recorded)
     precision: str | None = None  # None in a 0.1 run
     # The step's compilation (train.compile): mode (null: eager), seconds (the steps that compiled,
     # their compute included), shapes (the padded lengths trained on), fallback (null, or why eager).
@@ -116,7 +117,7 @@ def read_summary_checked(run_dir: Path) -> tuple[Summary | None, str | None]:
 
 
 _SUMMARY_TYPES: dict[str, str] = {
-    **dict.fromkeys(("task", "optimizer", "init", "model", "anneal_fun", "device", "precision", "checkpoint",
+    **dict.fromkeys(("task", "optimizer", "init", "model", "anneal_fun", "device", "device_name", "precision", "checkpoint",
                      "against"), "text"),
     **dict.fromkeys(("seed", "steps", "world_size", "global_batch_size"), "whole"),
     **dict.fromkeys(("anneal_k", "anneal_t0", "pretrain_cof", "recall_floor", "lr", "final_distance",

@@ -27,7 +27,7 @@ from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star, recall_state
 from ..probes.runner import record_at
 from ..recipe import Recipe
-from ..runtime import autocast_for
+from ..runtime import autocast_for, device_name
 from ..scoring.evaluate import score
 from . import checkpoint, compiled
 from .loss import loss_step
@@ -481,7 +481,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         best=without_split(best) if best else None, final=final,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
-        device=str(t.device), precision=t.precision, compile=t.compile_record.to_dict(),
+        device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compile_record.to_dict(),
         versions={"recall": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
