@@ -87,6 +87,7 @@ def tradeoff(
     select_on: Annotated[str, typer.Option("--select-on", help="What --within chooses on: dev (the median dev scores, as reported) or holdout (the median holdout scores of runs trained with task.holdout; dev is reported, with the pick's paired interval against vanilla and whether it is non-inferior at margin W).")] = "dev",
     ci: Annotated[float, typer.Option(help="Level of the pick's interval against vanilla (--select-on holdout), in (0, 1).")] = 0.95,
     as_json: JsonOpt = False,
+    mixed_devices: Annotated[bool, typer.Option("--mixed-devices", help="Plot and pair runs of one task that computed on different devices or precisions (refused by default: summary.json's device, device_name, precision).")] = False,
 ) -> None:
     """Task score against retained skill, one point per run (final eval and final probe), median per setting marked.
 
@@ -102,6 +103,7 @@ def tradeoff(
         from ..report.probe_plots import tradeoff_figure
         from ..report.probe_tables import tradeoff_points
         from ..report.intervals import check_level
+        from ..report.runs import check_one_device
         from ..report.tradeoff import SELECT_ON, check_within, choice_line, choose_within, holdout_lines
 
         if within is not None:
@@ -113,6 +115,8 @@ def tradeoff(
         check_level(ci)
         warn = lambda m: typer.echo(f"warning: {m}", err=True)
         runs = report.load_runs(run_dir, warn=warn)
+        if not mixed_devices:
+            check_one_device(runs, "tradeoff")
         settings = tradeoff_points(runs, x, y, list(by or []), warn=warn)
         choices = choose_within(runs, settings, x, y, within, select_on, ci) if within is not None else None
         tradeoff_figure(settings, x, y, out, runs=runs, choices=choices)

@@ -175,6 +175,7 @@ def compare(
     against: Annotated[Optional[str], typer.Option(metavar="SETTING", help="Reference setting, by its name or label (e.g. vanilla): per setting and task, the paired bootstrap interval of its difference from SETTING over the seeds both ran, for --metric and for the kept skill (sts_retained); rows Δ and CI in the table, 'against' in JSON.", show_default=False)] = None,
     ci: Annotated[float, typer.Option(help="Level of --against's intervals, in (0, 1).")] = 0.95,
     labels: Annotated[Optional[str], typer.Option(help="How rows name a setting: names (the legends' words: 'WiSE-FT α=0.75') or keys (the grouping keys: 'vanilla fine-tuning, merge=linear, ...'). Default: names in the table, keys in markdown; json and csv carry both (name, group).", show_default=False)] = None,
+    mixed_devices: Annotated[bool, typer.Option("--mixed-devices", help="Aggregate and pair runs of one task that computed on different devices or precisions (refused by default: summary.json's device, device_name, precision).")] = False,
 ) -> None:
     """Aggregate runs over seeds (median, max, mean +- std, n), tasks as columns, with the paper's task averages.
 
@@ -186,6 +187,7 @@ def compare(
         from .. import report
         from ..report.comparison import add_against
         from ..report.intervals import check_level
+        from ..report.runs import check_one_device
 
         if fmt not in report.FORMATS:
             raise ReportError(f"unknown --format {fmt!r}: choose {', '.join(report.FORMATS)}")
@@ -197,6 +199,8 @@ def compare(
             raise ReportError("--ci sets the level of --against's intervals: give --against SETTING too")
         runs = report.load_runs(run_dir, warn=_warn)
         runs = report.filter_runs(runs, list(where or []))
+        if not mixed_devices:
+            check_one_device(runs, "compare")
         chosen = [item.strip() for item in stats.split(",") if item.strip()] if stats else None
         result = report.compare(runs, by=list(by or []), metric=metric, preset=table, at=at, stats=chosen)
         if against is not None:

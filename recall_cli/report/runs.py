@@ -342,3 +342,39 @@ def _values(runs: list[Run], key: str) -> set[str]:
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
+
+
+# ---- one device per comparison ---------------------------------------------------------------------
+
+
+def computed_on(run: Run) -> tuple[str, str, str | None] | None:
+    """(device kind, precision, device model) a training run computed on, from its summary.json; None for
+    a scored record (evaluate --record: it trained nowhere), an unfinished run, or a run made before
+    devices were recorded. The model is None in runs made before it was recorded."""
+    s = run.summary
+    if s is None or s.record or not s.device:
+        return None
+    return s.device.split(":")[0], s.precision or "fp32", s.device_name  # a 0.1 run had no precision key: fp32
+
+
+def check_one_device(runs: list[Run], command: str) -> None:
+    """A comparison pairs seeds and takes medians: its runs of one task must have computed on one kind of
+    device in one precision (and, where recorded, one device model). Raises ReportError naming what differs."""
+    by_task: dict[str, dict[tuple[str, str], list[Run]]] = {}
+    models: dict[str, dict[str, list[Run]]] = {}
+    for run in runs:
+        where = computed_on(run)
+        if where is None:
+            continue
+        kind, precision, model = where
+        by_task.setdefault(run.task, {}).setdefault((kind, precision), []).append(run)
+        if model:
+            models.setdefault(run.task, {}).setdefault(model, []).append(run)
+    for task, groups in sorted(by_task.items()):
+        named = models.get(task, {})
+        if len(groups) > 1 or len(named) > 1:
+            parts = ([f"{kind} {precision} ({len(rs)} runs, e.g. {rs[0].name})" for (kind, precision), rs in sorted(groups.items())]
+                     if len(groups) > 1 else [f"{model} ({len(rs)} runs, e.g. {rs[0].name})" for model, rs in sorted(named.items())])
+            raise ReportError(f"{task}: the runs computed on different devices or precisions: {'; '.join(parts)}. "
+                              f"Compare one device's runs (--where train.device=..., or another folder), or pass "
+                              f"--mixed-devices to {command} to pair them anyway")
