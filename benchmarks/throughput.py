@@ -56,9 +56,11 @@ CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
 # torch_compile=True; recall's train.compile=on with length buckets of 32 (CUDA graphs on a GPU).
 COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled")
 # The methods (README "Methods"), each on AdamW, against recall-adamw at the same shape: named in --configs.
-# keep: the embedding anchor at weight 1 (theta*'s embeddings cached by a pre-pass, timed apart);
-# lora: LoRA r = 8 on every linear layer of the encoder.
+# keep: the embedding anchor at weight 1 on the task's rows (theta*'s embeddings cached by a pre-pass, timed
+# apart); keep-pool: the same on recall's general pool (keep.texts=pool, a batch of the pool per micro-batch:
+# the student's second forward); lora: LoRA r = 8 on every linear layer of the encoder.
 METHOD_CONFIGS = {"recall-adamw-keep": {"keep": {"embeddings": 1.0}},
+                  "recall-adamw-keep-pool": {"keep": {"embeddings": 1.0, "texts": "pool"}},
                   "recall-adamw-lora": {"model": {"lora": {"r": 8, "alpha": 16}}}}
 GLUE_CONFIGS = ("trainer-padded", *CONFIGS, *COMPILED_CONFIGS, *METHOD_CONFIGS)
 WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",

@@ -130,16 +130,35 @@ class ProbeConfig:
     every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
 
 
+# A key added after runs were made with its section: config.yaml (and to_dict, flat) hold it only when it
+# is set off its default, so a recipe that does not use it writes the config.yaml it always did; a run
+# whose config lacks it ran at the default (report.runs fills it in, sweeps do not count it as a difference).
+WRITTEN_WHEN_SET = {"written_when_set": True}
+
+
 @dataclass(frozen=True)
 class KeepConfig:
     """The embedding anchor (methods/keep/): a term that keeps the pooled sentence embedding of each
-    training example near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
+    training example, or of general sentences, near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
 
     embeddings: float = 0.0  # the term's weight; 0 = off
     pooling: Literal["mean", "cls"] = "mean"  # mean: what the STS probe reads
     distance: Literal["cosine", "mse", "gram"] = "cosine"
     # constant, or recall: the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)
     schedule: Literal["constant", "recall"] = "constant"
+    # Where the anchor's inputs come from: "task" (each training batch's own rows), "pool" (recall's general
+    # pool, data/pool/general.txt: 5,442 headlines and image captions from STS-B's train split,
+    # data/pool/SOURCES.md), or a file of sentences: .txt (one a line), or .csv, .tsv or .jsonl (keep.text_column).
+    # Never a text the probes score: a set that overlaps the probe files is refused.
+    texts: str = field(default="task", metadata=WRITTEN_WHEN_SET)
+    # The column of a .csv, .tsv or .jsonl keep.texts file; null: its only column, or else its "text" column.
+    text_column: str | None = field(default=None, metadata=WRITTEN_WHEN_SET)
+    # Anchor texts per micro-batch and process (a pool or a file), drawn in a fixed seeded order that
+    # --resume continues; 0 or null: train.batch_size.
+    batch_size: int | None = field(default=0, metadata=WRITTEN_WHEN_SET)
+    # Whose pooled features are kept: "last" (the encoder's output), or a list of hidden states (0: the
+    # embeddings' output, i: layer i's), each kept by the distance and the distances averaged (LDIFS).
+    layers: Literal["last"] | list[int] = field(default="last", metadata=WRITTEN_WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -158,7 +177,7 @@ class Recipe:
     plugins: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
+        out = {f.name: section_dict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
         out.update({name: dataclasses.asdict(section) for name, section in self.plugins.items()})
         out["output_dir"] = self.output_dir
@@ -210,6 +229,17 @@ def all_sections() -> dict[str, type]:
     from ..methods.registry import sections
 
     return {**SECTIONS, **sections()}
+
+
+def section_dict(section: Any) -> dict[str, Any]:
+    """A section as a dict, without its WRITTEN_WHEN_SET keys that are at their defaults."""
+    out = dataclasses.asdict(section)
+    for f in fields(section):
+        if f.metadata.get("written_when_set"):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if out[f.name] == default:
+                del out[f.name]
+    return out
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
