@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
@@ -14,6 +15,12 @@ import yaml
 from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 
 
+# Keys that config.yaml records only when they are set away from their default: added after runs were
+# written, they leave a run that does not use them with the config.yaml it wrote before they existed
+# (byte for byte), and a config.yaml without them reads as the default, as every older one does.
+WHEN_SET = {"config_yaml": "when set"}
+
+
 @dataclass(frozen=True)
 class LoraConfig:
     """Low-rank adapters through peft (Hu et al. 2021): r = 0 fine-tunes every weight."""
@@ -23,6 +30,19 @@ class LoraConfig:
     dropout: float = 0.1  # peft's lora_dropout, on the adapters' input
     # Names (or name suffixes) of the modules that get adapters; null = every linear layer of the encoder.
     target_modules: list[str] | None = None
+    # How the adapters start (peft's init_lora_weights): default (A random, B = 0: theta* untouched); pissa
+    # (PiSSA: the r largest singular directions of each weight move into the adapters, the rest stays frozen);
+    # corda (CorDA's knowledge-preserved mode: the r directions that general sentences use least, from their
+    # covariance; model.lora.corda_samples).
+    init: Literal["default", "pissa", "corda"] = field(default="default", metadata=WHEN_SET)
+    # CorDA's covariance: the first N sentences of the shipped STS-B train split that the probes do not score
+    # (data/glue/STS-B/train.tsv, sentences the probe files hold left out), one at a time; cached in the run
+    # directory and read again on --resume.
+    corda_samples: int = field(default=256, metadata=WHEN_SET)
+    # DoRA: a magnitude per output row trains beside the low-rank direction update (peft's use_dora).
+    use_dora: bool = field(default=False, metadata=WHEN_SET)
+    # rsLoRA: the update is scaled by alpha / sqrt(r) instead of alpha / r (peft's use_rslora).
+    use_rslora: bool = field(default=False, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -157,10 +177,12 @@ class Recipe:
     # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
     plugins: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
+    def to_dict(self, *, as_written: bool = False) -> dict[str, Any]:
+        """Every key by section; ``as_written``: as config.yaml records it (WHEN_SET keys at their default left out)."""
+        section = _written if as_written else dataclasses.asdict
+        out = {f.name: section(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
-        out.update({name: dataclasses.asdict(section) for name, section in self.plugins.items()})
+        out.update({name: section(plugin) for name, plugin in self.plugins.items()})
         out["output_dir"] = self.output_dir
         return out
 
@@ -223,5 +245,18 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _written(section: Any) -> dict[str, Any]:
+    """One section as config.yaml records it: dataclasses.asdict, less the WHEN_SET keys at their default."""
+    out = {}
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if f.metadata.get("config_yaml") == "when set":
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if value == default:
+                continue
+        out[f.name] = _written(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
 def dump_recipe(recipe: Recipe, path: Path) -> None:
-    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(recipe.to_dict(as_written=True), sort_keys=False), encoding="utf-8")
