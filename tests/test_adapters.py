@@ -1,5 +1,6 @@
 """The adapters beyond LoRA's default (issue 38), on the tiny BERT and real MRPC rows: LoRA's variants
-(model.lora.init = pissa / corda, use_dora, use_rslora).
+(model.lora.init = pissa / corda, use_dora, use_rslora) and OSF (model.osf), and intruder-dimension
+reduction of a finished LoRA run (recall merge --method intruders).
 
 Per adapter and variant: best/ and last/ are plain `from_pretrained` folders with the update merged in,
 adapter/ beside them opens with peft on theta* and computes best/'s logits; a run stopped and resumed
@@ -39,6 +40,7 @@ KINDS = {
     "pissa": {"lora": {**LORA, "init": "pissa"}},
     "corda": {"lora": {**LORA, "init": "corda", "corda_samples": 48}},
     "dora_rslora": {"lora": {**LORA, "use_dora": True, "use_rslora": True}},
+    "osf": {"osf": {"rank": 4}},
     "pissa_dora": {"lora": {**LORA, "init": "pissa", "use_dora": True}},  # (no run of its own)
 }
 
@@ -86,7 +88,7 @@ def batch(rows: int = 6) -> dict[str, torch.Tensor]:
 
 def test_new_keys_at_their_defaults_leave_config_yaml_as_before(tiny_model_dir, tmp_path):
     """A recipe that does not use the variants or OSF writes the config.yaml it wrote before they existed:
-    model.lora has its four keys; set ones are written and read back."""
+    model.lora has its four keys, there is no model.osf; set ones are written and read back."""
     plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "a", optimizer={"name": "adamw"},
                                          model={"lora": LORA}), "plain")
     dump_recipe(plain, tmp_path / "plain.yaml")
@@ -95,7 +97,7 @@ def test_new_keys_at_their_defaults_leave_config_yaml_as_before(tiny_model_dir, 
                      "trust_remote_code": False, "head": "auto", "lora": {"r": 4, "alpha": 8.0, "dropout": 0.0,
                                                                           "target_modules": None}}
     assert load_recipe(tmp_path / "plain.yaml") == plain
-    assert plain.get("model.lora.init") == "default"  # every key is there to read
+    assert plain.get("model.lora.init") == "default" and plain.get("model.osf.rank") == 0  # every key is there to read
 
     used = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "b", optimizer={"name": "adamw"},
                                         model={"lora": {**LORA, "init": "corda", "corda_samples": 9, "use_dora": True}}), "used")
@@ -184,7 +186,7 @@ def test_corda_sentences_leave_out_every_sentence_the_probes_score(tiny_model_di
 # ---- 4. theta* by the adapted names; the update's norm; preflight's count -------------------------------
 
 
-@pytest.mark.parametrize("kind", ["pissa", "corda", "dora_rslora", "pissa_dora"])
+@pytest.mark.parametrize("kind", ["pissa", "corda", "dora_rslora", "pissa_dora", "osf"])
 def test_theta_star_names_compute_theta_stars_function_and_the_norm_is_the_merged_update(tiny_model_dir, tmp_path, kind):
     """Every trained part moved by noise (as training would): loaded with theta_star_names the model
     computes theta*'s features (the head, which has no theta*, trains in full and is not part of it); update_norm is ||merged - theta*|| over the adapted weights; the trained
@@ -221,7 +223,7 @@ def test_theta_star_names_compute_theta_stars_function_and_the_norm_is_the_merge
     assert preflight.parameter_counts(config, binary_task(), recipe)[2] == trainable
 
 
-@pytest.mark.parametrize("kind", ["pissa"])
+@pytest.mark.parametrize("kind", ["pissa", "osf"])
 def test_the_decomposition_is_the_same_whatever_the_thread_count(tmp_path, kind):
     """MKL's SVD of a 128 x 512 weight differs between 1 and 2 threads; the adapters' start does not (it is
     made on one thread), so --resume, another --jobs or --nproc start from the same bits."""
@@ -273,7 +275,7 @@ def mrpc_batch(model_dir: Path, rows: int = 24) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pissa", "corda", "dora_rslora"])
+@pytest.mark.parametrize("kind", ["pissa", "corda", "dora_rslora", "osf"])
 def test_checkpoints_are_plain_and_the_adapter_on_theta_star_computes_their_logits(kind_run, tiny_model_dir, kind):
     from peft import PeftModel
     from transformers import AutoModelForSequenceClassification
@@ -324,7 +326,7 @@ def test_checkpoints_are_plain_and_the_adapter_on_theta_star_computes_their_logi
 
 
 @pytest.mark.slow  # builds the model in prepare
-@pytest.mark.parametrize("kind, key", [("corda", "lora_init")])
+@pytest.mark.parametrize("kind, key", [("osf", "osf"), ("corda", "lora_init")])
 def test_dry_run_says_what_trains_and_writes_nothing(tiny_model_dir, tmp_path, kind, key):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", adapter_recipe(tiny_model_dir, out, kind))
@@ -354,7 +356,7 @@ def resume_recipe(model_dir: Path, out: Path, kind: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["pissa_dora", "corda"])
+@pytest.mark.parametrize("kind", ["pissa_dora", "corda", "osf"])
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, monkeypatch, kind):
     from recall_cli.methods.lora import corda
 

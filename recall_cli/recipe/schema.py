@@ -46,6 +46,18 @@ class LoraConfig:
 
 
 @dataclass(frozen=True)
+class OsfConfig:
+    """Orthogonal subspace fine-tuning through peft (OSFConfig): each targeted weight's top singular
+    directions stay frozen, its smallest ``rank`` train, their gradients kept orthogonal to the frozen ones."""
+
+    # Singular directions that train per targeted weight (peft's effective_rank, the frozen ones, is
+    # min(out, in) - rank); 0 = off.
+    rank: int = field(default=0, metadata=WHEN_SET)
+    # Names (or name suffixes) of the modules OSF decomposes; null = every linear layer of the encoder.
+    target_modules: list[str] | None = field(default=None, metadata=WHEN_SET)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name_or_path: str  # a hub id or a local folder
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
@@ -57,6 +69,7 @@ class ModelConfig:
     # from the task's is replaced whatever this says.
     head: Literal["auto", "keep", "new"] = "auto"
     lora: LoraConfig = field(default_factory=LoraConfig)
+    osf: OsfConfig = field(default_factory=OsfConfig, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
