@@ -1,6 +1,7 @@
 """The adapters beyond LoRA's default (issue 38), on the tiny BERT and real MRPC rows: LoRA's variants
 (model.lora.init = pissa / corda, use_dora, use_rslora) and OSF (model.osf), and intruder-dimension
-reduction of a finished LoRA run (recall merge --method intruders).
+reduction of a finished LoRA run (recall merge --method intruders: what peft's reduce_intruder_dimension
+makes, scored records that recall tradeoff --select-on holdout reads).
 
 Per adapter and variant: best/ and last/ are plain `from_pretrained` folders with the update merged in,
 adapter/ beside them opens with peft on theta* and computes best/'s logits; a run stopped and resumed
@@ -389,3 +390,109 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, mo
     assert max((after[k] - at_checkpoint[k]).abs().max().item() for k in after) > 1e-4  # it trained on
     if kind == "corda":
         assert caches[0].read_bytes() == cached and [p.name for p in reference.glob("corda-*.pt")] == [caches[0].name]
+
+
+# ---- 7. intruder-dimension reduction of a finished LoRA run (recall merge --method intruders) ---------------
+
+
+def merge(*args) -> "Result":  # noqa: F821
+    return runner.invoke(app, ["merge", *map(str, args)])
+
+
+MERGE_REFUSALS = [
+    (["--mitigation-lambda", "2"], "error: --mitigation-lambda 2.0: give a number in [0, 1] (1 keeps the intruder dimensions, 0 removes them)"),
+    (["--mitigation-lambda", "-0.5"], "error: --mitigation-lambda -0.5: give a number in [0, 1] (1 keeps the intruder dimensions, 0 removes them)"),
+    (["--mitigation-lambda", "nan"], "error: --mitigation-lambda nan: not a finite number: give a number in [0, 1]: 1 keeps the intruder dimensions, 0 removes them"),
+    (["--mitigation-lambda", "inf"], "error: --mitigation-lambda inf: not a finite number: give a number in [0, 1]: 1 keeps the intruder dimensions, 0 removes them"),
+    (["--threshold-epsilon", "0"], "error: --threshold-epsilon 0.0: give a cosine in (0, 1] (e.g. 0.5)"),
+    (["--threshold-epsilon", "nan"], "error: --threshold-epsilon nan: not a finite number: give a cosine in (0, 1], e.g. 0.5"),
+    (["--top-k", "0"], "error: --top-k 0: give a whole number >= 1 (e.g. 10)"),
+]
+
+
+@pytest.mark.parametrize("options, line", MERGE_REFUSALS, ids=[" ".join(o) for o, _ in MERGE_REFUSALS])
+def test_bad_intruder_settings_are_refused_in_one_line(tiny_model_dir, tmp_path, options, line):
+    out = tmp_path / "out"
+    result = merge(tiny_model_dir, tiny_model_dir, "--method", "intruders", *options, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [line] and not out.exists()
+
+
+def test_intruders_takes_a_lora_run_and_its_pretrained_model_and_refuses_dora(tiny_model_dir, tmp_path):
+    import shutil
+
+    dora = tmp_path / "dora"
+    shutil.copytree(tiny_model_dir, dora)
+    (dora / "adapter").mkdir()
+    (dora / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "use_dora": True}))
+    for models, line in (
+        ([tiny_model_dir, tiny_model_dir], "error: --method intruders takes two models: a LoRA run (its checkpoint holds "
+                                           "adapter/) and the pretrained model it was trained from; got 2, 0 with an adapter"),
+        ([tiny_model_dir, dora, dora], "error: --method intruders takes two models: a LoRA run (its checkpoint holds "
+                                       "adapter/) and the pretrained model it was trained from; got 3, 2 with an adapter"),
+        ([tiny_model_dir, dora], f"error: {dora} was trained with DoRA (model.lora.use_dora): peft's intruder reduction "
+                                 "factors the low-rank update alone and would leave DoRA's magnitudes as they were"),
+    ):
+        result = merge(*models, "--method", "intruders", "--out", tmp_path / "out")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [line] and not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def holdout_lora_run(tiny_model_dir, tmp_path_factory) -> Path:
+    """A LoRA run (r 4, lr 2e-2, 12 steps) trained with task.holdout and small probes: what the chooser reads."""
+    tmp = tmp_path_factory.mktemp("intruders")
+    recipe = tiny_recipe(tiny_model_dir, tmp / "lora", optimizer={"name": "adamw", "lr": 2e-2}, model={"lora": LORA},
+                         task={"holdout": 0.25}, probe={"num_texts": 16, "num_pairs": 12, "max_length": 32},
+                         train={"max_steps": 12, "eval_every": 12, "log_every": 4})
+    finetune(write_recipe(tmp / "lora.yaml", recipe))
+    return tmp / "lora"
+
+
+@pytest.mark.slow
+def test_intruder_reduction_writes_what_peft_makes_and_records_the_chooser_reads(holdout_lora_run, tiny_model_dir, tmp_path):
+    from peft import PeftModel
+    from peft.tuners.lora.intruders import reduce_intruder_dimension
+    from transformers import AutoModelForSequenceClassification
+
+    settings = ["--top-k", "4", "--threshold-epsilon", "0.9"]
+    outs = {}
+    for lam in (0.0, 1.0):
+        outs[lam] = tmp_path / f"l{lam:g}"
+        result = merge(tiny_model_dir, holdout_lora_run, "--method", "intruders", "--mitigation-lambda", lam, *settings,
+                       "--out", outs[lam], "--json")
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.stdout)
+        assert (record["method"], record["lambda"], record["top_k"], record["threshold_epsilon"]) == ("intruders", lam, 4, 0.9)
+        assert len(record["intruders"]) == 13 and record["intruders_total"] == sum(record["intruders"].values()) > 0
+
+    # The run's output is peft's helper on theta* with best/'s adapter, merged: the same bits.
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    helped = PeftModel.from_pretrained(base, holdout_lora_run / "best" / "adapter")
+    with torch.no_grad():
+        reduce_intruder_dimension(helped, top_k=4, threshold_epsilon=0.9, mitigation_lambda=0.0, logging_sink=None)
+        want = encoder(helped.merge_and_unload().state_dict())
+    got, best = weights(outs[0.0], "lora"), weights(holdout_lora_run, "best")
+    assert identical(encoder(got), {k: v for k, v in want.items() if k in encoder(got)})
+    assert all(torch.equal(got[k], best[k]) for k in ("classifier.weight", "classifier.bias"))  # the run's own head
+    # lambda 1 keeps the update (refactored at the adapter's rank); lambda 0 takes the intruders out of it.
+    kept = weights(outs[1.0], "lora")
+    assert max((kept[k] - best[k]).abs().max().item() for k in encoder(best)) <= 1e-5
+    pretrained = pretrained_by_name(tiny_model_dir)
+    dist = lambda ws: math.sqrt(sum(float((ws[k] - v).double().pow(2).sum()) for k, v in pretrained.items()))  # noqa: E731
+    assert dist(got) < dist(best) - 1e-3
+
+    # Scored records (holdout and dev), grouped by record.lambda, chosen among beside the run.
+    for lam, out in outs.items():
+        result = runner.invoke(app, ["evaluate", str(out / "lora"), "--record", str(tmp_path / f"rec{lam:g}"), "--device", "cpu", "--json"])
+        assert result.exit_code == 0, result.output
+        config = yaml.safe_load((tmp_path / f"rec{lam:g}" / "config.yaml").read_text())["record"]
+        assert (config["merge"], config["lambda"], config["with"]) == ("intruders", lam, ["pretrained"])
+        assert set(json.loads(result.stdout)["final"]) >= {"holdout", "dev"}
+    result = runner.invoke(app, ["tradeoff", str(holdout_lora_run), str(tmp_path / "rec0"), str(tmp_path / "rec1"),
+                                 "--within", "100", "--select-on", "holdout", "--json", "--out", str(tmp_path / "t.png")])
+    assert result.exit_code == 0, result.output
+    (task,) = json.loads(result.stdout)
+    names = sorted(c["name"] for c in task["candidates"])
+    assert len(names) == 3 and sum("intruder reduction" in n for n in names) == 2, names
+    assert all(c["holdout"]["main"] is not None for c in task["candidates"])
