@@ -18,7 +18,7 @@ from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 # Keys that config.yaml records only when they are set away from their default: added after runs were
 # written, they leave a run that does not use them with the config.yaml it wrote before they existed
 # (byte for byte), and a config.yaml without them reads as the default, as every older one does.
-WHEN_SET = {"config_yaml": "when set"}
+WHEN_SET = {"when_set": True}  # a field's metadata
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ def _written(section: Any) -> dict[str, Any]:
     out = {}
     for f in fields(section):
         value = getattr(section, f.name)
-        if f.metadata.get("config_yaml") == "when set":
+        if f.metadata.get("when_set"):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             if value == default:
                 continue
