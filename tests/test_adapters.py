@@ -392,6 +392,24 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, mo
         assert caches[0].read_bytes() == cached and [p.name for p in reference.glob("corda-*.pt")] == [caches[0].name]
 
 
+@pytest.mark.slow
+def test_overwrite_reads_the_old_cache_and_writes_it_into_the_new_run_directory(tiny_model_dir, tmp_path, monkeypatch):
+    """--overwrite moves the old run directory aside only at the new run's first step: a cache read from
+    it (the same key: the same decomposition) is written into the new directory at the first save, so
+    that the new run resumes from it too."""
+    from recall_cli.methods.lora import corda
+
+    recipe = write_recipe(tmp_path / "r.yaml", adapter_recipe(tiny_model_dir, tmp_path / "run", "corda", max_steps=2,
+                                                              eval_every=0))
+    finetune(recipe)
+    (cache,) = (tmp_path / "run").glob("corda-*.pt")
+    before = cache.read_bytes()
+    monkeypatch.setattr(corda, "covariances", lambda *a, **k: pytest.fail("the covariances were computed again"))
+    result = finetune(recipe, "--overwrite")
+    assert "recall: done" in result.output
+    assert [p.name for p in (tmp_path / "run").glob("corda-*.pt")] == [cache.name] and cache.read_bytes() == before
+
+
 # ---- 7. intruder-dimension reduction of a finished LoRA run (recall merge --method intruders) ---------------
 
 

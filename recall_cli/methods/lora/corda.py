@@ -76,15 +76,18 @@ def calibration_texts(recipe: Any) -> tuple[list[str], int]:
 
 @dataclass
 class CordaStart:
-    """One run's CorDA start: the sentences, where the cache lives, and (when computed here) its contents."""
+    """One run's CorDA start: the sentences, where the cache lives, and the decomposition until it is written."""
 
     texts: list[str]
     left_out: int
     cache_path: Path | None = None  # set by prepare()
-    computed: dict[str, torch.Tensor] | None = None  # a new decomposition, written at the first save
+    # The decomposition (peft's cache format), kept until the first save writes it into the run directory:
+    # also when it was read from there (--overwrite moves the old directory aside before that save).
+    eigens: dict[str, torch.Tensor] | None = None
+    read: bool = False  # from the run directory's cache
 
     def note(self) -> str:
-        how = "read from" if self.computed is None else "cached at the first save in"
+        how = "read from" if self.read else "cached at the first save in"
         return (f"CorDA (knowledge-preserved) from the covariance of {len(self.texts)} STS-B train sentences "
                 f"({self.left_out} left out: the probes score them); {how} {self.cache_path}")
 
@@ -100,17 +103,18 @@ class CordaStart:
         expanded = _maybe_include_all_linear_layers(copy.deepcopy(config), model)  # CorDA reads the names, not "all-linear"
         targets = dict(target_modules(model, expanded))  # the layers peft's preprocessing reads
         self.cache_path = run_dir / f"{CACHE_PREFIX}{self._key(config, targets, max_length)}.pt"
-        if self.cache_path.is_file() and self.cache_path.stat().st_size > 0:
+        self.read = self.cache_path.is_file() and self.cache_path.stat().st_size > 0
+        if self.read:
             expanded.corda_config.cache_file = str(self.cache_path)
             preprocess_corda(model, expanded)
-            return
-        with tempfile.TemporaryDirectory(prefix="recall-corda-") as tmp:
-            expanded.corda_config.covariance_file = os.path.join(tmp, "covariance.pt")
-            torch.save(covariances(model, targets, tokenizer, self.texts, max_length), expanded.corda_config.covariance_file)
-            preprocess_corda(model, expanded)
+        else:
+            with tempfile.TemporaryDirectory(prefix="recall-corda-") as tmp:
+                expanded.corda_config.covariance_file = os.path.join(tmp, "covariance.pt")
+                torch.save(covariances(model, targets, tokenizer, self.texts, max_length), expanded.corda_config.covariance_file)
+                preprocess_corda(model, expanded)
         # Copies: peft's corda_init divides S_WC by the scale in place when it makes the adapters.
-        self.computed = {f"{name}.eigens.{part}": getattr(m.eigens, part).clone()
-                         for name, m in targets.items() for part in ("S_WC", "U_WC", "V_WC")}
+        self.eigens = {f"{name}.eigens.{part}": getattr(m.eigens, part).clone()
+                       for name, m in targets.items() for part in ("S_WC", "U_WC", "V_WC")}
 
     def _key(self, config: Any, targets: dict[str, torch.nn.Module], max_length: int) -> str:
         digest = hashlib.sha256(json.dumps({"r": config.r, "layers": sorted(targets), "max_length": max_length,
@@ -120,12 +124,15 @@ class CordaStart:
         return digest.hexdigest()[:16]
 
     def write_cache(self) -> None:
-        """The decomposition computed in this set-up, into the run directory (once, atomically)."""
-        if self.computed is None or self.cache_path is None or self.cache_path.is_file():
+        """The decomposition into the run directory, where --resume reads it (once, atomically; then
+        the copy in memory is let go)."""
+        if self.eigens is None or self.cache_path is None:
             return
-        partial = self.cache_path.with_name(self.cache_path.name + ".partial")
-        torch.save(self.computed, partial)
-        os.replace(partial, self.cache_path)
+        if not self.cache_path.is_file():
+            partial = self.cache_path.with_name(self.cache_path.name + ".partial")
+            torch.save(self.eigens, partial)
+            os.replace(partial, self.cache_path)
+        self.eigens = None
 
 
 @torch.no_grad()
