@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
@@ -14,6 +15,12 @@ import yaml
 from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 
 
+# Keys that config.yaml records only when they are set away from their default: added after runs were
+# written, they leave a run that does not use them with the config.yaml it wrote before they existed
+# (byte for byte), and a config.yaml without them reads as the default, as every older one does.
+WHEN_SET = {"when_set": True}  # a field's metadata
+
+
 @dataclass(frozen=True)
 class LoraConfig:
     """Low-rank adapters through peft (Hu et al. 2021): r = 0 fine-tunes every weight."""
@@ -23,6 +30,31 @@ class LoraConfig:
     dropout: float = 0.1  # peft's lora_dropout, on the adapters' input
     # Names (or name suffixes) of the modules that get adapters; null = every linear layer of the encoder.
     target_modules: list[str] | None = None
+    # How the adapters start (peft's init_lora_weights): default (A random, B = 0: theta* untouched); pissa
+    # (PiSSA: the r largest singular directions of each weight move into the adapters, the rest stays frozen);
+    # corda (CorDA's knowledge-preserved mode: the r directions that general sentences use least, from their
+    # covariance; model.lora.corda_samples).
+    init: Literal["default", "pissa", "corda"] = field(default="default", metadata=WHEN_SET)
+    # CorDA's covariance: the first N sentences of the shipped STS-B train split that the probes do not score
+    # (data/glue/STS-B/train.tsv, sentences the probe files hold left out), one at a time; cached in the run
+    # directory and read again on --resume.
+    corda_samples: int = field(default=256, metadata=WHEN_SET)
+    # DoRA: a magnitude per output row trains beside the low-rank direction update (peft's use_dora).
+    use_dora: bool = field(default=False, metadata=WHEN_SET)
+    # rsLoRA: the update is scaled by alpha / sqrt(r) instead of alpha / r (peft's use_rslora).
+    use_rslora: bool = field(default=False, metadata=WHEN_SET)
+
+
+@dataclass(frozen=True)
+class OsfConfig:
+    """Orthogonal subspace fine-tuning through peft (OSFConfig): each targeted weight's top singular
+    directions stay frozen, its smallest ``rank`` train, their gradients kept orthogonal to the frozen ones."""
+
+    # Singular directions that train per targeted weight (peft's effective_rank, the frozen ones, is
+    # min(out, in) - rank); 0 = off.
+    rank: int = field(default=0, metadata=WHEN_SET)
+    # Names (or name suffixes) of the modules OSF decomposes; null = every linear layer of the encoder.
+    target_modules: list[str] | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -37,6 +69,7 @@ class ModelConfig:
     # from the task's is replaced whatever this says.
     head: Literal["auto", "keep", "new"] = "auto"
     lora: LoraConfig = field(default_factory=LoraConfig)
+    osf: OsfConfig = field(default_factory=OsfConfig, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -133,7 +166,7 @@ class ProbeConfig:
 # A key added after runs were made with its section: config.yaml (and to_dict, flat) hold it only when it
 # is set off its default, so a recipe that does not use it writes the config.yaml it always did; a run
 # whose config lacks it ran at the default (report.runs fills it in, sweeps do not count it as a difference).
-WRITTEN_WHEN_SET = {"written_when_set": True}
+WRITTEN_WHEN_SET = WHEN_SET  # one marker (the anchor's keys and the adapters' came on two branches)
 
 
 @dataclass(frozen=True)
@@ -176,10 +209,14 @@ class Recipe:
     # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
     plugins: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: section_dict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
+    def to_dict(self, *, as_written: bool = False) -> dict[str, Any]:
+        """Every key by section, less the keys added after runs were made (WHEN_SET) while they are at
+        their defaults: what config.yaml records, --dry-run prints and reports read (``as_written``: the same;
+        kept for callers that say so)."""
+        section = _written
+        out = {f.name: section(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
-        out.update({name: dataclasses.asdict(section) for name, section in self.plugins.items()})
+        out.update({name: section(plugin) for name, plugin in self.plugins.items()})
         out["output_dir"] = self.output_dir
         return out
 
@@ -232,14 +269,8 @@ def all_sections() -> dict[str, type]:
 
 
 def section_dict(section: Any) -> dict[str, Any]:
-    """A section as a dict, without its WRITTEN_WHEN_SET keys that are at their defaults."""
-    out = dataclasses.asdict(section)
-    for f in fields(section):
-        if f.metadata.get("written_when_set"):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            if out[f.name] == default:
-                del out[f.name]
-    return out
+    """A section as a dict, without its WHEN_SET keys that are at their defaults (nested sections too)."""
+    return _written(section)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -253,5 +284,18 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _written(section: Any) -> dict[str, Any]:
+    """One section as config.yaml records it: dataclasses.asdict, less the WHEN_SET keys at their default."""
+    out = {}
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if f.metadata.get("when_set"):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if value == default:
+                continue
+        out[f.name] = _written(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
 def dump_recipe(recipe: Recipe, path: Path) -> None:
-    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(recipe.to_dict(as_written=True), sort_keys=False), encoding="utf-8")
