@@ -210,10 +210,9 @@ class Recipe:
     plugins: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, *, as_written: bool = False) -> dict[str, Any]:
-        """Every key by section, less the keys added after runs were made (WHEN_SET) while they are at
-        their defaults: what config.yaml records, --dry-run prints and reports read (``as_written``: the same;
-        kept for callers that say so)."""
-        section = _written
+        """Every key by section; ``as_written``: as config.yaml records it and --dry-run prints it, less the
+        keys added after runs were made (WHEN_SET) while they are at their defaults."""
+        section = _written if as_written else dataclasses.asdict
         out = {f.name: section(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
         out.update({name: section(plugin) for name, plugin in self.plugins.items()})
