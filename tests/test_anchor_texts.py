@@ -90,25 +90,75 @@ class Spy:
 
 
 def test_a_recipe_without_the_new_keys_writes_the_keep_section_it_always_did(tiny_model_dir, tmp_path):
+    """Older run directories and recipes stay byte-compatible: config.yaml (to_dict(as_written=True))
+    leaves the new keys out while they are at their defaults, and every key is still there to read."""
+    import yaml
+
+    from recall_cli.recipe import dump_recipe, load_recipe
+
     plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "o", keep={"embeddings": 1.0}), "t")
     assert plain.keep.texts == "task" and plain.keep.layers == "last" and plain.keep.batch_size == 0
-    assert plain.to_dict()["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine", "schedule": "constant"}
-    assert "keep.texts" not in plain.flat() and "keep.layers" not in plain.flat()
+    dump_recipe(plain, tmp_path / "config.yaml")
+    written = (tmp_path / "config.yaml").read_text(encoding="utf-8")
+    assert "keep:\n  embeddings: 1.0\n  pooling: mean\n  distance: cosine\n  schedule: constant\noutput_dir:" in written
+    assert yaml.safe_load(written)["keep"] == plain.to_dict(as_written=True)["keep"] == {
+        "embeddings": 1.0, "pooling": "mean", "distance": "cosine", "schedule": "constant"}
+    assert load_recipe(tmp_path / "config.yaml") == plain
+    # the full dict and the dotted keys read every key (what methods, sweeps and reports read)
+    assert plain.to_dict()["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine",
+                                       "schedule": "constant", "texts": "task", "text_column": None, "batch_size": 0,
+                                       "layers": "last"}
+    assert (plain.get("keep.texts"), plain.get("keep.layers"), plain.get("keep.batch_size")) == ("task", "last", 0)
+    # a config.yaml an older version wrote (committed with the study, keep.embeddings 1.0) reads and is
+    # written again byte for byte
+    old = REPO / "docs" / "study" / "runs" / "budget" / "mrpc" / "keep1" / "s2" / "config.yaml"
+    again = recipe_from_dict(yaml.safe_load(old.read_text(encoding="utf-8")), "old")
+    assert again.keep.embeddings == 1.0 and again.keep.texts == "task"
+    dump_recipe(again, tmp_path / "again.yaml")
+    assert (tmp_path / "again.yaml").read_bytes() == old.read_bytes()
     # set at their defaults, they are still not written: the run is the one it always was
     same = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "o", keep={
         "embeddings": 1.0, "texts": "task", "batch_size": 0, "layers": "last", "text_column": None}), "t")
-    assert same == plain and same.to_dict() == plain.to_dict()
+    assert same == plain and same.to_dict(as_written=True) == plain.to_dict(as_written=True)
     # set, they are written, read back and round-trip
     set_ = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "o", keep={
         "embeddings": 1.0, "texts": "pool", "batch_size": 4, "layers": [1, 2]}), "t")
-    assert set_.to_dict()["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine",
-                                      "schedule": "constant", "texts": "pool", "batch_size": 4, "layers": [1, 2]}
-    assert recipe_from_dict(set_.to_dict(), "again") == set_
+    assert set_.to_dict(as_written=True)["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine",
+                                                     "schedule": "constant", "texts": "pool", "batch_size": 4,
+                                                     "layers": [1, 2]}
+    assert recipe_from_dict(set_.to_dict(as_written=True), "again") == set_
+    dump_recipe(set_, tmp_path / "set.yaml")
+    assert load_recipe(tmp_path / "set.yaml") == set_
     # a run read back without them ran at their defaults (what compare and tradeoff group by)
     from recall_cli.report.runs import recipe_defaults
 
     assert {k: recipe_defaults()[k] for k in ("keep.texts", "keep.batch_size", "keep.layers", "keep.text_column")} == {
         "keep.texts": "task", "keep.batch_size": 0, "keep.layers": "last", "keep.text_column": None}
+
+
+def test_a_sweep_reads_a_config_yaml_without_the_new_keys_as_their_defaults(tiny_model_dir, tmp_path):
+    """A sweep resumes a cell only where its directory holds the same settings: a config.yaml without
+    keep.texts (or model.lora.init, ...) ran at the default, so a cell on the pool is another run."""
+    from recall_cli.recipe import dump_recipe
+    from recall_cli.sweep import Cell, _check_existing
+
+    run = tmp_path / "cell"
+    run.mkdir()
+    plain = recipe_from_dict(tiny_recipe(tiny_model_dir, run, keep={"embeddings": 1.0}), "t")
+    dump_recipe(plain, run / "config.yaml")
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    assert "\n  texts:" not in (run / "config.yaml").read_text(encoding="utf-8")
+    cell = Cell("cell", {}, run)
+    assert _check_existing(cell, plain.to_dict()) is None and cell.resume  # the same run: resumed
+    for changed, shown in ((dict(texts="pool"), "keep.texts: 'task' there, 'pool' now"),
+                           (dict(layers=[1, 2]), "keep.layers: 'last' there, [1, 2] now")):
+        other = recipe_from_dict(tiny_recipe(tiny_model_dir, run, keep={"embeddings": 1.0, **changed}), "t")
+        assert _check_existing(Cell("cell", {}, run), other.to_dict()) == (
+            f"{run} holds a run with other settings ({shown}): choose another --out, or delete the directory to run "
+            "the cell again")
+    lora = recipe_from_dict(tiny_recipe(tiny_model_dir, run, keep={"embeddings": 1.0}, optimizer={"name": "adamw"},
+                                        model={"lora": {"r": 0, "init": "corda"}}), "t")
+    assert "model.lora.init: 'default' there, 'corda' now" in _check_existing(Cell("cell", {}, run), lora.to_dict())
 
 
 # ---- 2. the term: a second forward on the anchor's texts, several layers ---------------------------

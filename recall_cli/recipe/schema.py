@@ -17,7 +17,8 @@ from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 
 # Keys that config.yaml records only when they are set away from their default: added after runs were
 # written, they leave a run that does not use them with the config.yaml it wrote before they existed
-# (byte for byte), and a config.yaml without them reads as the default, as every older one does.
+# (byte for byte), and a config.yaml without them reads as the default, as every older one does (report.runs
+# fills them in, a sweep compares them as the default: when_set_defaults). to_dict() and flat() hold every key.
 WHEN_SET = {"when_set": True}  # a field's metadata
 
 
@@ -163,12 +164,6 @@ class ProbeConfig:
     every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
 
 
-# A key added after runs were made with its section: config.yaml (and to_dict, flat) hold it only when it
-# is set off its default, so a recipe that does not use it writes the config.yaml it always did; a run
-# whose config lacks it ran at the default (report.runs fills it in, sweeps do not count it as a difference).
-WRITTEN_WHEN_SET = WHEN_SET  # one marker (the anchor's keys and the adapters' came on two branches)
-
-
 @dataclass(frozen=True)
 class KeepConfig:
     """The embedding anchor (methods/keep/): a term that keeps the pooled sentence embedding of each
@@ -183,15 +178,15 @@ class KeepConfig:
     # pool, data/pool/general.txt: 5,442 headlines and image captions from STS-B's train split,
     # data/pool/SOURCES.md), or a file of sentences: .txt (one a line), or .csv, .tsv or .jsonl (keep.text_column).
     # Never a text the probes score: a set that overlaps the probe files is refused.
-    texts: str = field(default="task", metadata=WRITTEN_WHEN_SET)
+    texts: str = field(default="task", metadata=WHEN_SET)
     # The column of a .csv, .tsv or .jsonl keep.texts file; null: its only column, or else its "text" column.
-    text_column: str | None = field(default=None, metadata=WRITTEN_WHEN_SET)
+    text_column: str | None = field(default=None, metadata=WHEN_SET)
     # Anchor texts per micro-batch and process (a pool or a file), drawn in a fixed seeded order that
     # --resume continues; 0 or null: train.batch_size.
-    batch_size: int | None = field(default=0, metadata=WRITTEN_WHEN_SET)
+    batch_size: int | None = field(default=0, metadata=WHEN_SET)
     # Whose pooled features are kept: "last" (the encoder's output), or a list of hidden states (0: the
     # embeddings' output, i: layer i's), each kept by the distance and the distances averaged (LDIFS).
-    layers: Literal["last"] | list[int] = field(default="last", metadata=WRITTEN_WHEN_SET)
+    layers: Literal["last"] | list[int] = field(default="last", metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -270,6 +265,26 @@ def all_sections() -> dict[str, type]:
 def section_dict(section: Any) -> dict[str, Any]:
     """A section as a dict, without its WHEN_SET keys that are at their defaults (nested sections too)."""
     return _written(section)
+
+
+def when_set_defaults() -> dict[str, Any]:
+    """Every WHEN_SET key (a key of a WHEN_SET section too), dotted, at its default: what a config.yaml
+    without it ran at, so that a run made before the key existed, or with it at its default, reads alike."""
+    def default(f: Any) -> Any:
+        return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+    def walk(prefix: str, cls: type, inherited: bool) -> dict[str, Any]:
+        hints, out = typing.get_type_hints(cls), {}
+        for f in fields(cls):
+            marked = inherited or bool(f.metadata.get("when_set"))
+            if dataclasses.is_dataclass(hints[f.name]):
+                out.update(walk(f"{prefix}{f.name}.", hints[f.name], marked))
+            elif marked:
+                out[f"{prefix}{f.name}"] = default(f)
+        return out
+
+    return {key: value for section, cls in all_sections().items()
+            for key, value in walk(f"{section}.", cls, False).items()}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -51,8 +51,9 @@ class EmbeddingAnchorMethod(Method):
         batch, the last layer), so that an anchor on the task's rows records what it always did."""
         k = recipe.keep
         kept = {key: getattr(k, key) for key in ("embeddings", "pooling", "distance", "schedule")}
-        written = recipe.flat_section("keep")  # config.yaml's: the keys set off their defaults
-        kept.update({key: written[key] for key in ("texts", "text_column", "batch_size", "layers") if key in written})
+        default = type(k)()  # the section at its defaults: config.yaml leaves these keys out there too
+        kept.update({key: getattr(k, key) for key in ("texts", "text_column", "batch_size", "layers")
+                     if getattr(k, key) != getattr(default, key)})
         return {"keep": kept}
 
     def check(self, recipe: Any) -> list[str]:
