@@ -133,6 +133,36 @@ RECIPE_REFUSALS = [
     (["model.lora.corda_samples=.inf"], "model.lora.corda_samples: expected an integer, got inf"),
     (["model.lora.use_dora=2"], "model.lora.use_dora: expected true or false, got 2"),
     (["model.lora.use_rslora=maybe"], "model.lora.use_rslora: expected true or false, got 'maybe'"),
+    (["model.osf.rank=-1"], "model.osf.rank: the trained singular directions per layer must be >= 0 (0 = off), got -1"),
+    (["model.osf.rank=.nan"], "model.osf.rank: expected an integer, got nan"),
+    (["model.osf.rank=.inf"], "model.osf.rank: expected an integer, got inf"),
+    (["model.osf.rank=2.5"], "model.osf.rank: expected an integer, got 2.5"),
+    (["model.osf.rank=4", "model.osf.target_modules=[]"],
+     "model.osf.target_modules: name at least one module, or null for every linear layer"),
+    (["model.osf.rank=4", "optimizer.name=recadam"],
+     "model.osf.rank: recadam's pull toward theta* has nothing to act on under OSF (the pretrained weights stay frozen "
+     "and the update starts at zero): use optimizer.name=adamw"),
+    (["model.osf.rank=4", "train.linear_probe_steps=2"],
+     "train.linear_probe_steps: LP-FT with OSF is not supported yet (set train.linear_probe_steps=0, or model.osf.rank=0)"),
+    (["model.osf.rank=4", "model.lora.r=4"], "lora, osf: one adapter per run (turn all but one off)"),
+]
+# What only the model shows (a layer too small for the rank, a module it does not have): one line, no recipe header.
+MODEL_REFUSALS = [
+    (["model.osf.rank=32"], "error: model.osf.rank: 32 leaves nothing frozen in bert.encoder.layer.0.attention.self.query "
+                            "(its smaller dimension is 32): set it below 32"),
+    (["model.osf.rank=4", "model.osf.target_modules=[nope]"],
+     "error: model.osf.target_modules: no linear layer of this model matches ['nope'] (its linear layers are named "
+     "classifier, dense, key, query, value; or null for all of them)"),
+    (["model.lora.r=32", "model.lora.init=pissa"],
+     "error: model.lora.r: 32 leaves nothing frozen in bert.encoder.layer.0.attention.self.query with "
+     "model.lora.init=pissa (its smaller dimension is 32): set it below 32"),
+    (["model.lora.r=40", "model.lora.init=corda", "model.lora.corda_samples=8"],
+     "error: model.lora.r: 40 leaves nothing frozen in bert.encoder.layer.0.attention.self.query with "
+     "model.lora.init=corda (its smaller dimension is 32): set it below 32"),
+    (["model.lora.r=4", "model.lora.init=pissa", "model.lora.target_modules=[nope]"],
+     "error: model.lora.target_modules: No modules were targeted for adaptation. This might be caused by a combination of "
+     "mismatched target modules and excluded modules. Please check your `target_modules` and `exclude_modules` "
+     "configuration (this model's linear layers are named classifier, dense, key, query, value; or null for all of them)"),
 ]
 
 
@@ -150,10 +180,17 @@ def refused(recipe: Path, out: Path, args: list[str]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("args, line", RECIPE_REFUSALS, ids=[" ".join(a) for a, _ in RECIPE_REFUSALS])
-def test_bad_lora_variant_values_are_refused_in_one_line(tiny_model_dir, tmp_path, args, line):
+def test_bad_adapter_values_are_refused_in_one_line(tiny_model_dir, tmp_path, args, line):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE, optimizer={"name": "adamw"}))
     assert refused(recipe, out, args) == [f"error: {recipe}: 1 problem in the recipe:", f"  - {line}"]
+
+
+@pytest.mark.parametrize("args, line", MODEL_REFUSALS, ids=[" ".join(a) for a, _ in MODEL_REFUSALS])
+def test_adapter_settings_this_model_cannot_take_are_refused_in_one_line(tiny_model_dir, tmp_path, args, line):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE, optimizer={"name": "adamw"}))
+    assert refused(recipe, out, args) == [line]
 
 
 def test_corda_samples_beyond_the_unscored_sentences_are_refused_before_the_model_is_wrapped(tiny_model_dir, tmp_path):

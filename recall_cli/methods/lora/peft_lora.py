@@ -57,6 +57,8 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
         variants["corda_config"] = CordaConfig(corda_method="kpm")
     config = LoraConfig(task_type=TaskType[task_type], r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets, **variants)
+    if init != "default":
+        check_decomposed_rank(model, config, r, init)
     if prepare is not None:
         prepare(model, config)
     try:
@@ -68,6 +70,21 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise PreflightError(f"model.lora.target_modules: {' '.join(str(exc).split())[:200]} (this model's linear "
                              f"layers are named {', '.join(linear_names(model))}; or null for all of them)") from None
+
+
+def check_decomposed_rank(model: torch.nn.Module, config: Any, r: int, init: str) -> None:
+    """PiSSA and CorDA move r singular directions of each adapted weight into the adapters: r must leave
+    the frozen residual some. Past a layer's smaller dimension peft's CorDA stops with an internal error
+    and PiSSA makes adapters of fewer rows than r; at it, nothing stays frozen. One line naming the key."""
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers, check_target_module_exists
+
+    expanded = _maybe_include_all_linear_layers(copy.deepcopy(config), model)
+    smaller = {name: min(m.weight.shape) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and bool(check_target_module_exists(expanded, name))}
+    if smaller and r >= min(smaller.values()):  # no layer at all: get_peft_model's target_modules line
+        name = min(smaller, key=smaller.get)
+        raise PreflightError(f"model.lora.r: {r} leaves nothing frozen in {name} with model.lora.init={init} (its smaller "
+                             f"dimension is {smaller[name]}): set it below {smaller[name]}")
 
 
 @contextlib.contextmanager
@@ -176,7 +193,8 @@ def save_adapter(peft_model, folder: Path, initial: dict[str, tuple[torch.Tensor
     path = target / "adapter_config.json"
     config = json.loads(path.read_text(encoding="utf-8"))
     # As peft's save_pretrained(path_initial_model_for_weight_conversion=...) writes it: the same scale at 2r.
-    config.update(init_lora_weights=True, r=2 * config["r"],
+    # A plain LoRA now: CorDA's settings go too (peft warns on load that they would be ignored).
+    config.update(init_lora_weights=True, corda_config=None, r=2 * config["r"],
                   lora_alpha=config["lora_alpha"] * (2 ** 0.5 if config.get("use_rslora") else 2))
     path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
