@@ -148,11 +148,11 @@ def _reduce(lora: Source, theta: Source, mitigation_lambda: float, top_k: int, e
     quiet_transformers()
     labels = len(lora.config.get("id2label") or {}) or 2
     base = AutoModelForSequenceClassification.from_pretrained(str(theta.folder), num_labels=labels, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, str(lora.folder / ADAPTER_DIR))
     lines: list[str] = []
     with torch.no_grad(), warnings.catch_warnings():
         # peft reads transformers' is_gradient_checkpointing, deprecated in transformers 5 (nothing to do here)
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = PeftModel.from_pretrained(base, str(lora.folder / ADAPTER_DIR))
         reduce_intruder_dimension(model, top_k=top_k, threshold_epsilon=epsilon, mitigation_lambda=mitigation_lambda,
                                   logging_sink=lines.append)
         state = model.merge_and_unload().state_dict()
