@@ -430,6 +430,65 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, mo
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["corda", "osf"])
+def test_a_run_killed_with_sigkill_resumes_bit_for_bit(tiny_model_dir, tmp_path, monkeypatch, kind):
+    """A real `recall finetune` process killed with SIGKILL after a checkpoint (no handler runs) and resumed
+    ends as an uninterrupted run: the same weights, adapter/, optimizer moments and records; CorDA's
+    decomposition was written into the run directory at the first save and is read, not computed, on --resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from recall_cli.methods.lora import corda
+    from recall_cli.rundir import find_checkpoint
+
+    def checkpoint_step(run_dir: Path) -> int:
+        folder = find_checkpoint(run_dir, "last")
+        try:
+            return json.loads((folder / "trainer_state.json").read_text())["step"] if folder else 0
+        except (OSError, ValueError):  # replaced while read
+            return 0
+
+    def recipe(out: Path) -> dict:
+        r = resume_recipe(tiny_model_dir, out, kind)
+        r["train"].update(max_steps=160, save_every=3, eval_every=40, log_every=4)
+        return r
+
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    command = [sys.executable, "-m", "recall_cli", "finetune", str(write_recipe(tmp_path / "k.yaml", recipe(killed))), "--plain"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + 300
+    while checkpoint_step(killed) < 9 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = checkpoint_step(killed)
+    assert 9 <= killed_at < 160 and not (killed / "summary.json").exists()
+    caches = sorted(killed.glob("corda-*.pt"))
+    assert len(caches) == (kind == "corda")
+    if kind == "corda":
+        cached = caches[0].read_bytes()
+        monkeypatch.setattr(corda, "covariances", lambda *a, **k: pytest.fail("the covariances were computed again"))
+    result = finetune("--resume", killed)
+    assert f"resuming at step {killed_at}," in result.output
+    monkeypatch.undo()
+    finetune(write_recipe(tmp_path / "r.yaml", recipe(reference)))
+
+    for folder in ("last", "best"):
+        assert identical(weights(killed, folder), weights(reference, folder)), folder
+        assert identical(adapter_weights(killed, folder), adapter_weights(reference, folder)), folder
+    assert comparable(read_metrics(killed)) == comparable(read_metrics(reference))
+    oa = torch.load(killed / "last" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    ob = torch.load(reference / "last" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    assert oa.keys() == ob.keys() and all(torch.equal(oa[i]["exp_avg_sq"], ob[i]["exp_avg_sq"]) for i in ob)
+    if kind == "corda":
+        assert caches[0].read_bytes() == cached
+
+
+@pytest.mark.slow
 def test_overwrite_reads_the_old_cache_and_writes_it_into_the_new_run_directory(tiny_model_dir, tmp_path, monkeypatch):
     """--overwrite moves the old run directory aside only at the new run's first step: a cache read from
     it (the same key: the same decomposition) is written into the new directory at the first save, so
