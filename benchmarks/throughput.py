@@ -56,10 +56,20 @@ CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
 # torch_compile=True; recall's train.compile=on with length buckets of 32 (CUDA graphs on a GPU).
 COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled")
 # The methods (README "Methods"), each on AdamW, against recall-adamw at the same shape: named in --configs.
-# keep: the embedding anchor at weight 1 (theta*'s embeddings cached by a pre-pass, timed apart);
-# lora: LoRA r = 8 on every linear layer of the encoder.
+# keep: the embedding anchor at weight 1 on the task's rows (theta*'s embeddings cached by a pre-pass, timed
+# apart); keep-pool: the same on recall's general pool (keep.texts=pool, a batch of the pool per micro-batch:
+# the student's second forward); lora: LoRA r = 8 on every linear layer of the encoder; lora-*: its variants
+# at the same rank (pissa and corda start from a decomposition made before step 1, outside the timed steps);
+# osf: OSF, 8 singular directions training per layer (methods/osf/).
+LORA8 = {"r": 8, "alpha": 16}
 METHOD_CONFIGS = {"recall-adamw-keep": {"keep": {"embeddings": 1.0}},
-                  "recall-adamw-lora": {"model": {"lora": {"r": 8, "alpha": 16}}}}
+                  "recall-adamw-keep-pool": {"keep": {"embeddings": 1.0, "texts": "pool"}},
+                  "recall-adamw-lora": {"model": {"lora": LORA8}},
+                  "recall-adamw-lora-pissa": {"model": {"lora": {**LORA8, "init": "pissa"}}},
+                  "recall-adamw-lora-corda": {"model": {"lora": {**LORA8, "init": "corda"}}},
+                  "recall-adamw-lora-dora": {"model": {"lora": {**LORA8, "use_dora": True}}},
+                  "recall-adamw-lora-rslora": {"model": {"lora": {**LORA8, "use_rslora": True}}},
+                  "recall-adamw-osf": {"model": {"osf": {"rank": 8}}}}
 GLUE_CONFIGS = ("trainer-padded", *CONFIGS, *COMPILED_CONFIGS, *METHOD_CONFIGS)
 WORKER_ARGS = ("shape", "batch_size", "seq_len", "steps", "warmup", "log_every", "precision", "device", "threads",
                "data", "task")
@@ -372,6 +382,13 @@ def main() -> None:
         print(f"{name} step time / recall-adamw's: {adamw / med(name, 'samples_per_s'):.3f} (per round: {per_round}); "
               f"peak memory ratio: {med(name, 'peak_mb') / med('recall-adamw', 'peak_mb'):.3f}"
               + (f"; {results[name][0]['method']}" if results[name][0].get("method") else ""))
+    for name in (c for c in configs if c in METHOD_CONFIGS and c != "recall-adamw-lora" and "recall-adamw-lora" in configs
+                 and "model" in METHOD_CONFIGS[c]):
+        lora = med("recall-adamw-lora", "samples_per_s")
+        per_round = ", ".join(f"{b['samples_per_s'] / a['samples_per_s']:.3f}"
+                              for a, b in zip(results[name], results["recall-adamw-lora"]))
+        print(f"{name} step time / recall-adamw-lora's (LoRA r=8, default): {lora / med(name, 'samples_per_s'):.3f} "
+              f"(per round: {per_round})")
     for name in (c for c in configs if c.startswith("baseline-")):
         mine = name.replace("baseline-", "recall-")
         per_round = ", ".join(f"{a['samples_per_s'] / b['samples_per_s']:.3f}" for a, b in zip(results[mine], results[name]))

@@ -32,6 +32,7 @@ from .names import CELL_PREFIXES
 from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
 from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
 from .recipe.file import read_yaml
+from .recipe.schema import when_set_defaults
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
@@ -286,9 +287,10 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         return None
     if not is_run_dir(path):
         return f"{path} exists and is not a recall run directory: move it away or choose another --out"
-    saved = flatten(read_yaml(path / CONFIG_FILE))
+    # A WHEN_SET key (keep.texts, model.lora.init, ...) that config.yaml lacks ran at its default.
+    saved = {**when_set_defaults(), **flatten(read_yaml(path / CONFIG_FILE))}
     wanted_flat = flatten(wanted)
-    # A key the saved config lacks did not exist when the run was made (e.g. probe.* before probes):
+    # Any other key the saved config lacks did not exist when the run was made (e.g. probe.* before probes):
     # not a difference, or every old sweep would refuse to resume after an upgrade.
     differ = [k for k in sorted(set(saved) | set(wanted_flat))
               if k not in BOOKKEEPING and k in saved and saved.get(k) != wanted_flat.get(k)]

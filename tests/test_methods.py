@@ -317,7 +317,9 @@ def test_anchor_run_records_its_parts_and_names_the_method(tiny_model_dir, tmp_p
     assert block["names"] == ["keep"]
     assert block["labels"] == ["embedding anchor 1 (mean, cosine)"]
     assert block["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine", "schedule": "constant"}
-    assert block["anchor"].startswith("theta*'s embeddings of the 96 training examples cached (0.0 MiB")
+    # 6 steps of 8 draw 48 of the 96 rows: theta*'s embeddings of those only (issue 38)
+    assert block["anchor"].startswith("theta*'s embeddings of the 48 training examples the run draws (of 96) cached "
+                                      "(0.0 MiB; limit 2 GiB), pre-pass ")
     assert "linear_probe_steps" not in block and "lora" not in block
 
 

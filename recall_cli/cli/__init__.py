@@ -199,7 +199,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
         if lambdas:  # the penalty's weight at the same steps: anneal_w - lambda, never below the floor
             plan["recall_floor"] = oc.recall_floor
             plan["penalty_weight"] = [{"step": t, "weight": v} for t, v in pulls.items()]
-        typer.echo(dumps_json({"recipe": recipe.to_dict(), "plan": plan, "warnings": warnings, **checks.to_dict()}))
+        typer.echo(dumps_json({"recipe": recipe.to_dict(as_written=True), "plan": plan, "warnings": warnings, **checks.to_dict()}))
     else:
         _print_checks(checks)
     checks.raise_on_failure()
@@ -207,7 +207,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
 
 def _print_plan(recipe, world_size, total, t0, lambdas, pulls, warnings) -> None:
     tc = recipe.train
-    typer.echo(yaml.safe_dump(recipe.to_dict(), sort_keys=False).rstrip())
+    typer.echo(yaml.safe_dump(recipe.to_dict(as_written=True), sort_keys=False).rstrip())
     typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
     if world_size > 1:
         typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 class Versions(Protocol):
     shape: tuple[int, ...]
+    name: str  # the tensor's prefix-free name: a method that computes the whole model first looks it up by it
 
     def __len__(self) -> int: ...
 
@@ -49,9 +50,10 @@ class Versions(Protocol):
 class InMemory:
     """Versions already in memory: one chunk of every row."""
 
-    def __init__(self, tensors: Sequence[Tensor]):
+    def __init__(self, tensors: Sequence[Tensor], name: str = ""):
         self.tensors = list(tensors)
         self.shape = tuple(self.tensors[0].shape)
+        self.name = name
 
     def __len__(self) -> int:
         return len(self.tensors)

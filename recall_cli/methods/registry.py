@@ -27,7 +27,7 @@ from ..errors import PluginError
 
 ENTRY_POINT_GROUP = "recall_cli.methods"
 # recall's own rooms, in the order tables, labels and summary.json list the methods.
-BUILTIN = ("recall_cli.methods.keep", "recall_cli.methods.lpft", "recall_cli.methods.lora")
+BUILTIN = ("recall_cli.methods.keep", "recall_cli.methods.lpft", "recall_cli.methods.lora", "recall_cli.methods.osf")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,13 @@ class Method:
         """Problems only the run's length shows (under train.epochs the recipe alone cannot know it)."""
         return []
 
+    def check_inputs(self, recipe: Any, config: Any) -> list[str]:
+        """Problems only the run's own inputs show, before anything is written: the model's config
+        (``config``: its layer count) and the files the method reads (the anchor's texts, which must not
+        overlap the probes'). Each one line starting with the key: the run refuses the first (exit 2),
+        --dry-run lists each as a failed check. Unlike :meth:`check`, never asked of a config.yaml read back."""
+        return []
+
     def reads_recall_schedule(self, recipe: Any) -> bool:
         """Whether it reads RecAdam's anneal_* keys itself (the anchor's keep.schedule=recall): then an
         optimizer without recall terms does not leave those keys unread."""
@@ -140,6 +147,11 @@ class MethodRun:
     def peak_lr(self, lr: float) -> float:
         """The schedule's peak learning rate for the next step (LP-FT's head phase has its own)."""
         return lr
+
+    def before_micro_batch(self, position: int) -> None:
+        """Before each micro-batch's forward; ``position`` is its place in the run's order of micro-batches
+        (step s starts at (s - 1) x grad_accum). A term that draws inputs of its own (the anchor's general
+        texts) draws them by it, so that --resume continues the draw with nothing saved."""
 
     def after_step(self, loop: Any, step: int) -> None:
         """After a step's evaluation, probe and best/ (LP-FT ends its phase). ``loop`` offers

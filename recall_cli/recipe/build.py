@@ -190,7 +190,15 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
         if value is None and type(None) in args:
             return None, None
         inner = [a for a in args if a is not type(None)]
-        return _convert(value, inner[0])
+        errors = []
+        for alternative in inner:  # keep.layers: "last" or a list of integers; the first that takes the value
+            converted, error = _convert(value, alternative)
+            if error is None:
+                return converted, None
+            errors.append(error)
+        if len(errors) == 1:
+            return None, errors[0]
+        return None, f"expected {' or '.join(_type_words(a) for a in inner)}, got {shown(value)}"
     if value is None:
         return None, "must be set (null is not allowed here)"
     if origin is Literal:
@@ -237,6 +245,16 @@ def _convert(value: Any, hint: Any) -> tuple[Any, str | None]:
     if hint is str:
         return (value, None) if isinstance(value, str) else (None, f"expected a string, got {shown(value)}")
     raise TypeError(f"unsupported recipe field type {hint}")  # a bug in this module, not user input
+
+
+def _type_words(hint: Any) -> str:
+    """How a refusal names a type: "last", "a list of integers"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return " or ".join(map(str, args))
+    if origin is list:
+        return f"a list of {_type_words(args[0])}s" if args else "a list"
+    return {int: "integer", float: "number", str: "string", bool: "true or false"}.get(hint, str(hint))
 
 
 def recipe_from_dict(raw: dict[str, Any], source: str, check_files: bool = True) -> Recipe:

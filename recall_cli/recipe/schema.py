@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
@@ -14,6 +15,13 @@ import yaml
 from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
 
 
+# Keys that config.yaml records only when they are set away from their default: added after runs were
+# written, they leave a run that does not use them with the config.yaml it wrote before they existed
+# (byte for byte), and a config.yaml without them reads as the default, as every older one does (report.runs
+# fills them in, a sweep compares them as the default: when_set_defaults). to_dict() and flat() hold every key.
+WHEN_SET = {"when_set": True}  # a field's metadata
+
+
 @dataclass(frozen=True)
 class LoraConfig:
     """Low-rank adapters through peft (Hu et al. 2021): r = 0 fine-tunes every weight."""
@@ -23,6 +31,31 @@ class LoraConfig:
     dropout: float = 0.1  # peft's lora_dropout, on the adapters' input
     # Names (or name suffixes) of the modules that get adapters; null = every linear layer of the encoder.
     target_modules: list[str] | None = None
+    # How the adapters start (peft's init_lora_weights): default (A random, B = 0: theta* untouched); pissa
+    # (PiSSA: the r largest singular directions of each weight move into the adapters, the rest stays frozen);
+    # corda (CorDA's knowledge-preserved mode: the r directions that general sentences use least, from their
+    # covariance; model.lora.corda_samples).
+    init: Literal["default", "pissa", "corda"] = field(default="default", metadata=WHEN_SET)
+    # CorDA's covariance: the first N sentences of the shipped STS-B train split that the probes do not score
+    # (data/glue/STS-B/train.tsv, sentences the probe files hold left out), one at a time; cached in the run
+    # directory and read again on --resume.
+    corda_samples: int = field(default=256, metadata=WHEN_SET)
+    # DoRA: a magnitude per output row trains beside the low-rank direction update (peft's use_dora).
+    use_dora: bool = field(default=False, metadata=WHEN_SET)
+    # rsLoRA: the update is scaled by alpha / sqrt(r) instead of alpha / r (peft's use_rslora).
+    use_rslora: bool = field(default=False, metadata=WHEN_SET)
+
+
+@dataclass(frozen=True)
+class OsfConfig:
+    """Orthogonal subspace fine-tuning through peft (OSFConfig): each targeted weight's top singular
+    directions stay frozen, its smallest ``rank`` train, their gradients kept orthogonal to the frozen ones."""
+
+    # Singular directions that train per targeted weight (peft's effective_rank, the frozen ones, is
+    # min(out, in) - rank); 0 = off.
+    rank: int = field(default=0, metadata=WHEN_SET)
+    # Names (or name suffixes) of the modules OSF decomposes; null = every linear layer of the encoder.
+    target_modules: list[str] | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -37,6 +70,7 @@ class ModelConfig:
     # from the task's is replaced whatever this says.
     head: Literal["auto", "keep", "new"] = "auto"
     lora: LoraConfig = field(default_factory=LoraConfig)
+    osf: OsfConfig = field(default_factory=OsfConfig, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -133,13 +167,26 @@ class ProbeConfig:
 @dataclass(frozen=True)
 class KeepConfig:
     """The embedding anchor (methods/keep/): a term that keeps the pooled sentence embedding of each
-    training example near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
+    training example, or of general sentences, near theta*'s (LwF, Li & Hoiem 2016; LDIFS, arXiv 2308.13320)."""
 
     embeddings: float = 0.0  # the term's weight; 0 = off
     pooling: Literal["mean", "cls"] = "mean"  # mean: what the STS probe reads
     distance: Literal["cosine", "mse", "gram"] = "cosine"
     # constant, or recall: the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)
     schedule: Literal["constant", "recall"] = "constant"
+    # Where the anchor's inputs come from: "task" (each training batch's own rows), "pool" (recall's general
+    # pool, data/pool/general.txt: 5,442 headlines and image captions from STS-B's train split,
+    # data/pool/SOURCES.md), or a file of sentences: .txt (one a line), or .csv, .tsv or .jsonl (keep.text_column).
+    # Never a text the probes score: a set that overlaps the probe files is refused.
+    texts: str = field(default="task", metadata=WHEN_SET)
+    # The column of a .csv, .tsv or .jsonl keep.texts file; null: its only column, or else its "text" column.
+    text_column: str | None = field(default=None, metadata=WHEN_SET)
+    # Anchor texts per micro-batch and process (a pool or a file), drawn in a fixed seeded order that
+    # --resume continues; 0 or null: train.batch_size.
+    batch_size: int | None = field(default=0, metadata=WHEN_SET)
+    # Whose pooled features are kept: "last" (the encoder's output), or a list of hidden states (0: the
+    # embeddings' output, i: layer i's), each kept by the distance and the distances averaged (LDIFS).
+    layers: Literal["last"] | list[int] = field(default="last", metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -157,10 +204,13 @@ class Recipe:
     # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
     plugins: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: dataclasses.asdict(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
+    def to_dict(self, *, as_written: bool = False) -> dict[str, Any]:
+        """Every key by section; ``as_written``: as config.yaml records it and --dry-run prints it, less the
+        keys added after runs were made (WHEN_SET) while they are at their defaults."""
+        section = _written if as_written else dataclasses.asdict
+        out = {f.name: section(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
-        out.update({name: dataclasses.asdict(section) for name, section in self.plugins.items()})
+        out.update({name: section(plugin) for name, plugin in self.plugins.items()})
         out["output_dir"] = self.output_dir
         return out
 
@@ -212,6 +262,31 @@ def all_sections() -> dict[str, type]:
     return {**SECTIONS, **sections()}
 
 
+def section_dict(section: Any) -> dict[str, Any]:
+    """A section as a dict, without its WHEN_SET keys that are at their defaults (nested sections too)."""
+    return _written(section)
+
+
+def when_set_defaults() -> dict[str, Any]:
+    """Every WHEN_SET key (a key of a WHEN_SET section too), dotted, at its default: what a config.yaml
+    without it ran at, so that a run made before the key existed, or with it at its default, reads alike."""
+    def default(f: Any) -> Any:
+        return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+    def walk(prefix: str, cls: type, inherited: bool) -> dict[str, Any]:
+        hints, out = typing.get_type_hints(cls), {}
+        for f in fields(cls):
+            marked = inherited or bool(f.metadata.get("when_set"))
+            if dataclasses.is_dataclass(hints[f.name]):
+                out.update(walk(f"{prefix}{f.name}.", hints[f.name], marked))
+            elif marked:
+                out[f"{prefix}{f.name}"] = default(f)
+        return out
+
+    return {key: value for section, cls in all_sections().items()
+            for key, value in walk(f"{section}.", cls, False).items()}
+
+
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested recipe dict as {dotted key: value}: the names overrides, grids and reports use."""
     out: dict[str, Any] = {}
@@ -223,5 +298,18 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _written(section: Any) -> dict[str, Any]:
+    """One section as config.yaml records it: dataclasses.asdict, less the WHEN_SET keys at their default."""
+    out = {}
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if f.metadata.get("when_set"):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if value == default:
+                continue
+        out[f.name] = _written(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
 def dump_recipe(recipe: Recipe, path: Path) -> None:
-    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(recipe.to_dict(as_written=True), sort_keys=False), encoding="utf-8")

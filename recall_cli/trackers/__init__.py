@@ -191,7 +191,7 @@ def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int,
     if not names or not _is_rank_zero():
         return Trackers()
     run_dir = Path(run_dir)
-    config = recipe.to_dict()
+    config = recipe.to_dict(as_written=True)
     sweep = run_dir.parent.name if (run_dir.parent / SWEEP_INDEX).is_file() else None
     info = RunInfo(name=run_dir.name, folder=run_dir, params=flatten(config), config=config, kind="finetune",
                    group=sweep, resumed=resumed, start_step=start_step)

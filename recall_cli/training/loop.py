@@ -37,8 +37,9 @@ from .schedule import linear_warmup_decay
 from .setup import Start, Training, prepare, set_up
 
 
-# (inputs on the device, the loss weight of this rank's share, the examples' indices in the training split)
-MicroBatch = tuple[dict[str, torch.Tensor], float, torch.Tensor | None]
+# (inputs on the device, the loss weight of this rank's share, the examples' indices in the training split,
+# its position in the run's order of micro-batches)
+MicroBatch = tuple[dict[str, torch.Tensor], float, torch.Tensor | None, int]
 
 
 def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -71,7 +72,8 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
     """This step's grad_accum micro-batches (this rank's part of each) and the global examples they hold."""
     ctx, out, samples = t.ctx, [], 0
     for _ in range(t.recipe.train.grad_accum):
-        indices = t.order.batch(t.state.micro_step)
+        position = t.state.micro_step
+        indices = t.order.batch(position)
         t.state.micro_step += 1
         mine = shard(indices, ctx.rank, ctx.world_size)
         # DDP averages gradients over ranks. Weighting each rank's mean loss by its share of the global
@@ -85,7 +87,7 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         # The examples' indices only where a term looks rows up by them (the anchor's cache): without
         # methods the step moves nothing more to the device than before.
         indices_of = torch.tensor(rows, dtype=torch.long, device=t.device) if t.terms else None
-        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share, indices_of))
+        out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share, indices_of, position))
         samples += len(indices)
     return out, samples
 
@@ -97,7 +99,9 @@ def train_step(t: Training, batches: list[MicroBatch], step: int = 0) -> torch.T
     weighted alike, are summed into ``t.part_sums``."""
     accum = len(batches)
     loss_sum = torch.zeros((), device=t.device)
-    for micro, (batch, share, indices) in enumerate(batches):
+    for micro, (batch, share, indices, position) in enumerate(batches):
+        for run in t.method_runs:  # a term that draws inputs of its own (the anchor's texts) draws them here
+            run.before_micro_batch(position)
         compiled.mark_step(t.device)
         with t.ctx.no_sync(t.ddp_model, skip=micro < accum - 1):
             with t.autocast:

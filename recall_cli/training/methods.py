@@ -29,6 +29,9 @@ class RunView:
     eval_batch: int
     fresh: bool  # a new run: ``model`` still holds theta*; else it holds last/'s weights
     reporter: Any
+    tokenizer: Any = None  # the run's (a method's own texts are tokenized as the task's are)
+    rank: int = 0  # this process among world_size (torchrun); the training order's batches are global
+    world_size: int = 1
 
 
 def start_methods(view: RunView, on: tuple[registry.Method, ...]) -> list[MethodRun]:

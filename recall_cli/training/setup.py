@@ -192,6 +192,16 @@ def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any)
     return BuiltModel(adapted.base_model, built.theta_star), adapted
 
 
+def _method_problems(messages: list[str], report: preflight.Preflight, dry_run: bool) -> None:
+    """The methods' own refusals (each one line starting with its key): the run stops at the first (exit
+    2), the dry run lists each as a failed check named by the key's last part."""
+    for message in messages:
+        problem = PreflightError(message)
+        if not dry_run:
+            raise problem
+        report.add(message.split(":", 1)[0].rsplit(".", 1)[-1], "fail", message, problem)
+
+
 class Start(Enum):
     """How a run begins: in a new directory, replacing one (--overwrite), or from its last/ (--resume)."""
 
@@ -242,13 +252,11 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
     adapter = next((m for m in on if m.is_adapter), None)
-    for message in (p for m in on for p in m.check_steps(recipe, total_steps)):
-        problem = PreflightError(message)  # under train.epochs the recipe alone cannot know the run's steps
-        if not dry_run:
-            raise problem
-        report.add(message.split(":", 1)[0].rsplit(".", 1)[-1], "fail", message, problem)
+    # under train.epochs the recipe alone cannot know the run's steps
+    _method_problems([p for m in on for p in m.check_steps(recipe, total_steps)], report, dry_run)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
+    _method_problems([p for m in on for p in m.check_inputs(recipe, config)], report, dry_run)  # files, the model's layers
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
@@ -348,7 +356,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     # slow part: a stop during it leaves nothing behind).
     runs = start_methods(RunView(recipe, model, functional, p.task.train, p.total_steps, device,
                                  autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
-                                 p.saved is None, reporter), p.plan.methods)
+                                 p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size), p.plan.methods)
     params = [q for q in model.parameters() if q.requires_grad]
 
     state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)

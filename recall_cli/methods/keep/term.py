@@ -1,15 +1,19 @@
-"""The embedding anchor: keep each training example's pooled sentence embedding near theta*'s.
+"""The embedding anchor: keep the pooled sentence embedding of each training example (or of general
+sentences) near theta*'s.
 
 RecAdam pulls the *weights* toward theta*; the skill recall measures (zero-shot STS) lives in the
-*function*: the mean-pooled sentence embedding. This term keeps that function where theta* had it on
-the task's own inputs, as LwF (Li & Hoiem 2016) keeps a network's outputs and LDIFS (Mukhoti et al.
-2023, arXiv 2308.13320) its features. It needs no data beyond the task's.
+*function*: the mean-pooled sentence embedding. This term keeps that function where theta* had it, as
+LwF (Li & Hoiem 2016) keeps a network's outputs and LDIFS (Mukhoti et al. 2023, arXiv 2308.13320) its
+features: on the task's own inputs (:class:`EmbeddingAnchor`), or on texts of its own, a general pool or
+a file (:class:`TextAnchor`); of the last layer, or of several (``layers``, LDIFS-style: the distance of
+each layer's pooled feature, averaged over the layers).
 
-theta*'s embeddings of the training examples come from one forward pass before step 1 (theta* in eval
-mode, the run's tokenization and precision), kept in memory as float32: a step then costs no second
-forward, since the student's embedding comes from the forward that the task loss runs anyway. Where
-that cache would pass :data:`CACHE_LIMIT_BYTES`, a frozen copy of theta* runs beside the student on
-each batch instead.
+theta*'s features come from one forward pass before step 1 (theta* in eval mode, the run's tokenization
+and precision) over the rows or texts the run will draw, kept in memory as float32. On the task's inputs
+a step then costs no second forward: the student's embedding comes from the forward that the task loss
+runs anyway. On texts of its own the student runs a second forward on each micro-batch's anchor texts.
+Where that cache would pass :data:`CACHE_LIMIT_BYTES`, a frozen copy of theta* runs beside the student
+on each batch instead.
 
 Distances, each averaged over the batch:
     cosine   1 - cos(e, e*)                      (direction: what a cosine-similarity STS score reads)
@@ -23,7 +27,7 @@ from __future__ import annotations
 import copy
 import math
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -59,24 +63,42 @@ def distance(student: Tensor, star: Tensor, kind: str) -> Tensor:
     raise ValueError(f"unknown distance {kind!r} (choose from {', '.join(DISTANCES)})")
 
 
-def cache_bytes(examples: int, hidden_size: int) -> int:
-    return examples * hidden_size * 4
+def features(hidden_states: Sequence[Tensor], attention_mask: Tensor, pooling: str,
+             layers: Sequence[int] | None = None) -> Tensor:
+    """The pooled features the anchor keeps: (B, H) of the last hidden state (``layers`` None), or
+    (B, K, H) of the K hidden states named (0: the embeddings' output, i: layer i's)."""
+    if layers is None:
+        return pool(hidden_states[-1], attention_mask, pooling)
+    return torch.stack([pool(hidden_states[i], attention_mask, pooling) for i in layers], dim=1)
+
+
+def gap(student: Tensor, star: Tensor, kind: str, layers: Sequence[int] | None = None) -> Tensor:
+    """The anchor's distance between two :func:`features`: of the last layer, or each layer's averaged."""
+    if layers is None:
+        return distance(student, star, kind)
+    return sum(distance(student[:, k], star[:, k], kind) for k in range(len(layers))) / len(layers)
+
+
+def cache_bytes(examples: int, hidden_size: int, layers: int = 1) -> int:
+    return examples * layers * hidden_size * 4
 
 
 class EmbeddingAnchor:
-    """The anchor as a loss term (training/loss.py calls it): ``anchor(outputs, batch, indices)`` is
-    the unweighted distance, ``anchor.weight(step)`` its weight at that step.
+    """The anchor on the task's inputs as a loss term (training/loss.py calls it): ``anchor(outputs,
+    batch, indices)`` is the unweighted distance, ``anchor.weight(step)`` its weight at that step.
 
-    ``cache`` holds theta*'s pooled embedding of every training example (row = example index), or
-    ``theta_star`` is a frozen theta* run on each batch (the library's way, and the loop's past
-    :data:`CACHE_LIMIT_BYTES`)."""
+    ``cache`` holds theta*'s pooled features of the training examples (row ``slot[i]`` for example i, or
+    row i without ``slot``), or ``theta_star`` is a frozen theta* run on each batch (the library's way,
+    and the loop's past :data:`CACHE_LIMIT_BYTES`). ``layers``: None keeps the last layer's embedding,
+    a list the features of those hidden states (0: the embeddings' output, i: layer i's)."""
 
     name = "keep"
     needs_hidden_states = True
 
     def __init__(self, weight: float, *, pooling: str = "mean", distance: str = "cosine",
                  cache: Tensor | None = None, theta_star: torch.nn.Module | None = None,
-                 schedule: Callable[[int], float] | None = None):
+                 schedule: Callable[[int], float] | None = None, layers: Sequence[int] | None = None,
+                 slot: Tensor | None = None):
         if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
             raise ValueError(f"weight: a finite number >= 0, got {weight!r}")
         if pooling not in POOLINGS:
@@ -85,29 +107,67 @@ class EmbeddingAnchor:
             raise ValueError(f"distance: choose from {', '.join(DISTANCES)}, got {distance!r}")
         if (cache is None) == (theta_star is None):
             raise ValueError("give theta*'s embeddings (cache) or theta* itself (theta_star), one of them")
+        if layers is not None and (not layers or any(not isinstance(i, int) or i < 0 for i in layers)):
+            raise ValueError(f"layers: None (the last) or hidden-state indices >= 0, got {layers!r}")
         self.base_weight, self.pooling, self.kind = float(weight), pooling, distance
-        self.cache, self.theta_star = cache, theta_star
+        self.cache, self.theta_star, self.slot = cache, theta_star, slot
+        self.layers = tuple(layers) if layers is not None else None
         self.schedule = schedule  # step -> factor in [0, 1]; None: constant
 
     def weight(self, step: int) -> float:
         return self.base_weight * (self.schedule(step) if self.schedule is not None else 1.0)
 
     def __call__(self, outputs: Any, batch: dict[str, Tensor], indices: Tensor | None = None) -> Tensor:
-        mask = batch["attention_mask"]
-        student = pool(outputs.hidden_states[-1], mask, self.pooling)
+        student = features(outputs.hidden_states, batch["attention_mask"], self.pooling, self.layers)
         if self.cache is not None:
             if indices is None:
                 raise ValueError("a cached anchor needs the batch's example indices")
-            star = self.cache[indices]
+            star = self.cache[indices if self.slot is None else self.slot[indices]]
         else:
-            star = self.theta_star_embeddings(batch)
-        return distance(student, star, self.kind)
+            star = self.theta_star_features(batch)
+        return gap(student, star, self.kind, self.layers)
 
     @torch.no_grad()
-    def theta_star_embeddings(self, batch: dict[str, Tensor]) -> Tensor:
+    def theta_star_features(self, batch: dict[str, Tensor]) -> Tensor:
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         out = self.theta_star(**inputs, output_hidden_states=True)
-        return pool(out.hidden_states[-1], batch["attention_mask"], self.pooling).float()
+        return features(out.hidden_states, batch["attention_mask"], self.pooling, self.layers).float()
+
+
+class TextAnchor(EmbeddingAnchor):
+    """The anchor on texts of its own (keep.texts: the general pool or a file). Before each micro-batch
+    the loop tells it its position (:meth:`at`); ``draw(position)`` names the rows of ``texts`` (tokenized,
+    unpadded) it keeps there. The student runs a second forward on them, since the task batch's forward
+    cannot give their features; the task forward itself runs as it would without the anchor. ``cache``
+    row r (or the frozen ``theta_star``) is theta*'s of ``texts`` row r."""
+
+    needs_hidden_states = False
+
+    def __init__(self, weight: float, *, student: torch.nn.Module, texts: Any, draw: Callable[[int], list[int]],
+                 pad_id: int, pad_to_multiple_of: int | None = None, max_length: int | None = None, **kwargs: Any):
+        super().__init__(weight, **kwargs)
+        self.student, self.texts, self.draw = student, texts, draw
+        self.pad = (pad_id, pad_to_multiple_of, max_length)
+        self.position: int | None = None
+
+    def at(self, position: int) -> None:
+        self.position = position
+
+    def __call__(self, outputs: Any, batch: dict[str, Tensor], indices: Tensor | None = None) -> Tensor:
+        from ...tasks.batches import pad_inputs
+
+        if self.position is None:
+            raise ValueError("a text anchor draws by the micro-batch's position: call anchor.at(position) first")
+        rows = self.draw(self.position)
+        device = batch["input_ids"].device
+        inputs = {k: v.to(device, non_blocking=True) for k, v in pad_inputs(self.texts, rows, *self.pad).items()}
+        out = self.student(**inputs, output_hidden_states=True)
+        student = features(out.hidden_states, inputs["attention_mask"], self.pooling, self.layers)
+        if self.cache is not None:
+            star = self.cache[torch.tensor(rows, dtype=torch.long, device=self.cache.device)]
+        else:
+            star = self.theta_star_features(inputs)
+        return gap(student, star, self.kind, self.layers)
 
 
 def theta_star_copy(model: torch.nn.Module, theta_star: dict[str, Tensor]) -> torch.nn.Module:
@@ -122,9 +182,10 @@ def theta_star_copy(model: torch.nn.Module, theta_star: dict[str, Tensor]) -> to
 
 
 @torch.no_grad()
-def embed_examples(model: torch.nn.Module, batches, *, pooling: str, autocast=None) -> Tensor:
-    """theta*'s pooled embedding of every example: ``batches`` yields (indices, inputs on the device)
-    covering each example once. ``model`` is put in eval mode for the pass (dropout off) and back."""
+def embed_examples(model: torch.nn.Module, batches, *, pooling: str, autocast=None,
+                   layers: Sequence[int] | None = None) -> Tensor:
+    """theta*'s pooled features (:func:`features`) of every example: ``batches`` yields (indices, inputs
+    on the device) covering rows 0..n-1 once. ``model`` is put in eval mode for the pass (dropout off) and back."""
     was_training = model.training
     model.eval()
     rows: dict[int, Tensor] = {}
@@ -132,7 +193,7 @@ def embed_examples(model: torch.nn.Module, batches, *, pooling: str, autocast=No
         for indices, inputs in batches:
             with autocast or nullcontext():
                 out = model(**inputs, output_hidden_states=True)
-            pooled = pool(out.hidden_states[-1], inputs["attention_mask"], pooling).float()
+            pooled = features(out.hidden_states, inputs["attention_mask"], pooling, layers).float()
             for i, row in zip(indices, pooled):
                 rows[i] = row
     finally:

@@ -2,12 +2,17 @@
 theta* stays frozen, low-rank adapters learn the update, the classification head trains in full.
 
     peft_lora.py   wrapping, counting, merging, saving and loading with peft
+    corda.py       CorDA's start: the calibration sentences, their covariances, the cached decomposition
 
 "LoRA learns less and forgets less" (Biderman et al. 2024, arXiv 2405.09673), on the same trade-off curve
 as full fine-tuning; it is what most users pick for adapters, so recall measures it with the same probes.
 What a run saves stays plain: best/, last/ and lp/ are `from_pretrained` folders with the adapters merged
 in, and adapter/ beside the weights opens with ``PeftModel.from_pretrained(base, folder / "adapter")``.
 Its keys are the recipe's model.lora section (recipe/schema.py's LoraConfig); ``model.lora.r`` turns it on.
+The variants peft offers are keys of the same section: ``init`` (default; pissa: PiSSA, Meng et al. 2024,
+arXiv 2404.02948; corda: CorDA's knowledge-preserved mode, Yang et al. 2024, arXiv 2406.05223),
+``use_dora`` (DoRA, Liu et al. 2024, arXiv 2402.09353) and ``use_rslora`` (rsLoRA, Kalajdzievski 2023,
+arXiv 2312.03732). At their defaults a run is today's LoRA, bit for bit.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ from ..registry import Family, register_method
 
 class PeftLora(Adapted):
     extra_markers = ("lora_", "original_module")
+
+    def __init__(self, wrapped: Any, start: Any = None):
+        super().__init__(wrapped)
+        # PiSSA's and CorDA's start (A0, B0 by layer): what adapter/ is converted against; None: B0 = 0.
+        self.initial = None
+        self.start = start  # CorDA's (corda.CordaStart): its cache, and the dry run's words
 
     @property
     def base_model(self) -> Any:
@@ -37,12 +48,14 @@ class PeftLora(Adapted):
     def save(self, folder: Any) -> None:
         from .peft_lora import save_adapter
 
-        save_adapter(self.wrapped, folder)
+        save_adapter(self.wrapped, folder, self.initial)
+        if self.start is not None:
+            self.start.write_cache()
 
     def load(self, folder: Any) -> None:
         from .peft_lora import load_adapter
 
-        load_adapter(self.wrapped, folder)
+        load_adapter(self.wrapped, folder, self.initial)
 
     def theta_star_names(self, theta_star: dict[str, Any]) -> dict[str, Any]:
         from .peft_lora import theta_star_names
@@ -52,7 +65,7 @@ class PeftLora(Adapted):
     def update_norm(self) -> float:
         from .peft_lora import update_norm
 
-        return update_norm(self.base_model)
+        return update_norm(self.base_model, self.initial)
 
 
 class Lora(Adapter):
@@ -61,21 +74,26 @@ class Lora(Adapter):
     paper = "Hu et al. 2021, arXiv 2106.09685; Biderman et al. 2024, arXiv 2405.09673"
     url = "https://arxiv.org/abs/2106.09685"
     switch = "model.lora.r"
-    keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules")
+    keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules", "model.lora.init",
+            "model.lora.corda_samples", "model.lora.use_dora", "model.lora.use_rslora")
     cell = "r"
     short = "lora_r"
     family = Family("lora", "#D55E00", hue_rank=1)
 
     def describe(self, recipe: Any) -> str:
         lora = recipe.model.lora
-        return f"LoRA r={lora.r} alpha={lora.alpha:g}"
+        return " ".join([f"LoRA r={lora.r} alpha={lora.alpha:g}", *variant_words(lora)])
 
     def words(self, strength: Any) -> str:
         return f"LoRA r={strength}"
 
     def summary(self, recipe: Any) -> dict[str, Any]:
         lora = recipe.model.lora
-        return {"lora": {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": lora.target_modules}}
+        block = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": lora.target_modules}
+        if lora.init != "default":
+            block.update(init=lora.init, **({"corda_samples": lora.corda_samples} if lora.init == "corda" else {}))
+        block.update({key: True for key in ("use_dora", "use_rslora") if getattr(lora, key)})
+        return {"lora": block}
 
     def check(self, recipe: Any) -> list[str]:
         lora, tr, o, problems = recipe.model.lora, recipe.train, recipe.optimizer, []
@@ -87,6 +105,8 @@ class Lora(Adapter):
             problems.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
         if lora.target_modules is not None and not [m for m in lora.target_modules if m.strip()]:
             problems.append("model.lora.target_modules: name at least one module, or null for every linear layer")
+        if lora.corda_samples < 1:
+            problems.append(f"model.lora.corda_samples: must be >= 1 (sentences for CorDA's covariance), got {lora.corda_samples}")
         if lora.r > 0:
             anchored = OPTIMIZERS[o.name].anchored
             if anchored:
@@ -101,10 +121,26 @@ class Lora(Adapter):
         return problems
 
     def wrap(self, model: Any, recipe: Any, task: Any) -> PeftLora:
-        from .peft_lora import wrap
+        from .peft_lora import initial_adapters, wrap
 
-        lora = recipe.model.lora
-        return PeftLora(wrap(model, lora.r, lora.alpha, lora.dropout, lora.target_modules, task_type=task.peft_task_type))
+        lora, start, prepare = recipe.model.lora, None, None
+        if lora.init == "corda":
+            from pathlib import Path
+
+            from ...model import load_tokenizer
+            from .corda import CordaStart, calibration_texts
+
+            start = CordaStart(*calibration_texts(recipe))
+            tokenizer = load_tokenizer(recipe.model.name_or_path, recipe.model.trust_remote_code)
+
+            def prepare(m: Any, config: Any) -> None:
+                start.prepare(m, config, Path(recipe.output_dir), tokenizer, recipe.task.max_seq_length)
+
+        adapted = PeftLora(wrap(model, lora.r, lora.alpha, lora.dropout, lora.target_modules, task_type=task.peft_task_type,
+                                init=lora.init, use_dora=lora.use_dora, use_rslora=lora.use_rslora, prepare=prepare), start)
+        if lora.init != "default":
+            adapted.initial = initial_adapters(adapted.base_model)
+        return adapted
 
     def trained_parameters(self, meta_model: Any, head: set[str], recipe: Any) -> int:
         """r x (in + out) on each targeted linear layer (peft's "all-linear" without the head's, or the
@@ -114,7 +150,9 @@ class Lora(Adapter):
         lora = recipe.model.lora
         head_modules = {name.rsplit(".", 1)[0] for name in head}
         named = {m.strip() for m in lora.target_modules or []}
-        adapters = sum(lora.r * (m.in_features + m.out_features) for name, m in meta_model.named_modules()
+        # DoRA adds a magnitude per output row of each adapted layer.
+        adapters = sum(lora.r * (m.in_features + m.out_features) + (m.out_features if lora.use_dora else 0)
+                       for name, m in meta_model.named_modules()
                        if isinstance(m, torch.nn.Linear) and name not in head_modules
                        and (not named or name.rsplit(".", 1)[-1] in named))
         head_count = sum(p.numel() for n, p in meta_model.named_parameters() if n in head)
@@ -124,8 +162,17 @@ class Lora(Adapter):
         trainable, total = prepared.adapter.trainable_counts()
         frozen = total - trainable
         # Full fine-tuning keeps a gradient and Adam's two moments (fp32) for every parameter.
-        return {"lora": f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
-                        f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning"}
+        lines = {"lora": f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f} %, as peft counts "
+                         f"them); ~{frozen * 12 / 2**20:.0f} MiB less for gradients and Adam's moments than full fine-tuning"}
+        if prepared.adapter.start is not None:
+            lines["lora_init"] = prepared.adapter.start.note()
+        return lines
+
+
+def variant_words(lora: Any) -> list[str]:
+    """How a run's words name the variants it sets (none at their defaults: today's words)."""
+    return ([f"init={lora.init}"] if lora.init != "default" else []) + (["DoRA"] if lora.use_dora else []) \
+        + (["rsLoRA"] if lora.use_rslora else [])
 
 
 register_method(Lora())
