@@ -201,13 +201,17 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
 # ---- the methods on a GPU: the anchor's cache, LP-FT's phase switch and LoRA's adapters on CUDA ------
 
 
-@pytest.mark.parametrize("method", ["keep", "lp_ft", "lora"])
+@pytest.mark.parametrize("method", ["keep", "keep_pool", "lp_ft", "lora", "corda", "osf"])
 def test_each_method_trains_and_resumes_exactly_on_cuda(tiny_model_dir, tmp_path, method):
     """The same run on CUDA interrupted after step 4 and resumed ends with the weights of an
-    uninterrupted one (fp32); the anchor's records carry its loss parts."""
+    uninterrupted one (fp32); the anchor's records carry its loss parts. CorDA's calibration sentences go
+    to the model's device (the first H200 run of it stopped on a CPU tensor)."""
     extra = {"keep": {"keep": {"embeddings": 1.0}},
+             "keep_pool": {"keep": {"embeddings": 1.0, "texts": "pool", "batch_size": 4}},
              "lp_ft": {"train": {"linear_probe_steps": 3}},
-             "lora": {"model": {"lora": {"r": 4, "dropout": 0.0}}}}[method]
+             "lora": {"model": {"lora": {"r": 4, "dropout": 0.0}}},
+             "corda": {"model": {"lora": {"r": 4, "dropout": 0.0, "init": "corda", "corda_samples": 16}}},
+             "osf": {"model": {"osf": {"rank": 4}}}}[method]
 
     def recipe(name):
         raw = tiny_recipe(tiny_model_dir, tmp_path / name, optimizer={"name": "adamw"}, probe={"enabled": False},
@@ -226,7 +230,7 @@ def test_each_method_trains_and_resumes_exactly_on_cuda(tiny_model_dir, tmp_path
     a = load_file(str(tmp_path / "whole" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "last" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    if method == "keep":
+    if method.startswith("keep"):
         assert all("loss_keep" in r for r in records(tmp_path / "whole", "train"))
-    if method == "lora":
+    if method in ("lora", "corda"):
         assert (tmp_path / "whole" / "last" / "adapter" / "adapter_model.safetensors").is_file()

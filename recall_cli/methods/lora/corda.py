@@ -113,7 +113,8 @@ class CordaStart:
                 torch.save(covariances(model, targets, tokenizer, self.texts, max_length), expanded.corda_config.covariance_file)
                 preprocess_corda(model, expanded)
         # Copies: peft's corda_init divides S_WC by the scale in place when it makes the adapters.
-        self.eigens = {f"{name}.eigens.{part}": getattr(m.eigens, part).clone()
+        # On the CPU: the cache reads back on any device (peft maps it to the model's).
+        self.eigens = {f"{name}.eigens.{part}": getattr(m.eigens, part).detach().cpu().clone()
                        for name, m in targets.items() for part in ("S_WC", "U_WC", "V_WC")}
 
     def _key(self, config: Any, targets: dict[str, torch.nn.Module], max_length: int) -> str:
@@ -153,10 +154,12 @@ def covariances(model: torch.nn.Module, targets: dict[str, torch.nn.Module], tok
 
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device  # the sentences go where the model is (a GPU run's too)
     handles = [module.register_forward_hook(hook(name)) for name, module in targets.items()]
     try:
         for text in texts:
-            model(**tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length))
+            batch = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length)
+            model(**{key: value.to(device) for key, value in batch.items()})
     finally:
         for handle in handles:
             handle.remove()
