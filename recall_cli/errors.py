@@ -222,6 +222,13 @@ class TrainingDiverged(RecallError, RuntimeError):
         )
 
 
+class NonFiniteWeights(RecallError, RuntimeError):
+    """Weights (a checkpoint about to be written, or a model's outputs) hold NaN/inf: what a diverged
+    run leaves. Nothing is written from them."""
+
+    exit_code = ExitCode.DIVERGED
+
+
 class Preempted(RecallError, RuntimeError):
     """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""
 

@@ -12,6 +12,7 @@ import torch
 
 from ..names import Task
 from ..distributed import Distributed
+from ..errors import NonFiniteWeights
 from ..tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
 from ..tasks.batches import pad_inputs
 
@@ -53,6 +54,11 @@ def predict(
     stacked = np.concatenate([outputs[b] for b in range(len(batches))]) if batches else np.zeros((0, 1), dtype=np.float32)
     result = np.empty_like(stacked)
     result[np.asarray(order, dtype=np.int64)] = stacked
+    bad = np.flatnonzero(~np.isfinite(result).all(axis=tuple(range(1, result.ndim))))
+    if bad.size:  # a diverged model scores as one class, and predict would write it: refuse it instead
+        raise NonFiniteWeights(f"the model's outputs are NaN/inf on {bad.size} of {len(result)} rows (the first: "
+                               f"row {int(bad[0])}): its weights diverged; nothing was written (score a checkpoint "
+                               "from before the divergence)")
     return result
 
 

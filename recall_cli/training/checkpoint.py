@@ -116,6 +116,14 @@ def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> No
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """The name of the first floating-point parameter holding NaN/inf, or None (one device sync)."""
+    params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    if not params or bool(torch.stack([torch.isfinite(p.detach()).all() for _, p in params]).all()):
+        return None
+    return next(n for n, p in params if not bool(torch.isfinite(p.detach()).all()))
+
+
 def save_checkpoint(
     run_dir: Path,
     name: str,

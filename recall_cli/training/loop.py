@@ -21,7 +21,7 @@ import torch
 
 from .. import __version__, card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
-from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
+from ..errors import CompileError, NonFiniteWeights, Preempted, TrackerError, TrainingDiverged
 from ..methods import registry
 from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star, recall_state
@@ -137,8 +137,14 @@ def current_distance(t: Training) -> float:
 
 
 def save_weights(t: Training, name: str, *state, card: str) -> Path:
-    """best/, last/ or lp/: plain `from_pretrained` weights (an adapter's merged in, its own files beside them)."""
+    """best/, last/ or lp/: plain `from_pretrained` weights (an adapter's merged in, its own files beside them).
+    Weights that hold NaN/inf are never written: the folder keeps what it held (NonFiniteWeights, exit 3)."""
     model = t.model if t.adapter is None else t.adapter.merged_copy()
+    bad = checkpoint.first_non_finite(model)
+    if bad is not None:
+        kept = "last/ keeps its earlier checkpoint" if (t.run_dir / rundir.LAST_DIR).is_dir() else "nothing was saved"
+        raise NonFiniteWeights(f"training diverged: {bad} holds NaN/inf at step {t.state.step}, so {name}/ was not written "
+                               f"({kept}): lower optimizer.lr (or train.linear_probe_lr), or use train.precision=fp32")
     return checkpoint.save_checkpoint(t.run_dir, name, model, t.tokenizer, *state, card=card, adapter=t.adapter)
 
 
@@ -292,7 +298,9 @@ class _Loop:
     # ---- what a method's after_step may ask of the loop (methods/registry.py's MethodRun) ----------
 
     def save(self, folder: str, step: int) -> None:
-        """A checkpoint folder of the run's weights now, with its card (rank 0 writes it)."""
+        """A checkpoint folder of the run's weights now, with its card (rank 0 writes it), after the
+        pending divergence check: a step whose loss went bad is named before anything is saved."""
+        self.read_pending()
         if self.t.ctx.is_main:
             save_weights(self.t, folder, card=self.card(folder, step))
 
