@@ -239,11 +239,11 @@ def test_a_second_writer_of_the_same_record_is_refused_naming_the_first(run, tmp
     import time
 
     import hashlib
-    import tempfile
+
+    from recall_cli.rundir.lifecycle import lock_folder
 
     out = tmp_path / "new" / "rec"  # its parent does not exist yet either
-    lock = Path(tempfile.gettempdir()) / "recall-locks" / f"{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]}.lock"
-    lock.parent.mkdir(exist_ok=True)
+    lock = lock_folder() / f"{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]}.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, os, sys, time\n"
         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"

@@ -94,7 +94,7 @@ class RunLock:
 
         path = path or run_dir / LOCK_FILE
         for _ in range(5):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_lock_file(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -129,20 +129,58 @@ class RunLock:
         self.fd = -1
 
 
+def open_lock_file(path: Path) -> int:
+    """The lock file, opened for reading and writing without following a link (a link planted at its name
+    would have recall truncate and write the link's target), and refused unless it is a regular file of
+    this user's: one line naming it and the fix."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunDirError(f"the lock file {path} is a symbolic link: recall never writes through one; remove it "
+                              "(rm) and run the command again") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"owned by another user (uid {info.st_uid})"
+        raise RunDirError(f"the lock file {path} is {what}: remove it, or write somewhere you own")
+    return fd
+
+
+def lock_folder() -> Path:
+    """This user's folder of output locks in the temporary folder, mode 0700: made so, and checked (not
+    trusted) when it exists, since another user could have made it first, writable by anyone."""
+    import stat
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"recall-locks-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RunDirError(f"the lock folder {folder} is not this user's alone (a link, another owner, or open to "
+                          f"others: mode {stat.S_IMODE(info.st_mode):o}): remove it, or set TMPDIR to a folder of yours")
+    return folder
+
+
 @contextmanager
 def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
     """One writer of a staged output (merge --out, evaluate --record) for the command's life, so a second
     command writing the same OUT is refused in one line naming the first's pid instead of racing it to
     the rename (or replacing it under --overwrite). The lock file is named after OUT's absolute path in
-    the temporary folder: OUT and its parents may not exist yet, and every writer must find the same file."""
+    this user's lock folder (lock_folder): OUT and its parents may not exist yet, and every writer of
+    this user must find the same file."""
     import hashlib
-    import tempfile
 
     out = Path(out)
-    folder = Path(tempfile.gettempdir()) / "recall-locks"
-    folder.mkdir(mode=0o1777, exist_ok=True)
     name = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]
-    lock = RunLock.take(out, path=folder / f"{name}.lock", writer=writer, other=other)
+    lock = RunLock.take(out, path=lock_folder() / f"{name}.lock", writer=writer, other=other)
     try:
         yield
     finally:
