@@ -77,3 +77,48 @@ def test_a_lock_is_still_taken_released_and_refused_to_a_second_holder(tmp_path)
     assert (run / LOCK_FILE).read_text() == str(os.getpid()) and (os.stat(run / LOCK_FILE).st_mode & 0o777) == 0o600
     lock.release()
     assert not (run / LOCK_FILE).exists()
+
+
+def test_the_next_writer_of_an_output_removes_what_a_killed_one_left(private_tmp, tmp_path):
+    """merge --out and evaluate --record stage into .OUT.tmp-XXXX beside OUT, predict into .OUT.tmp: a kill -9
+    there leaves a model-sized folder nobody removed. The next writer of OUT, once it holds OUT's lock
+    (so no live writer of OUT exists), removes them; another output's staging stays."""
+    out = tmp_path / "merged"
+    stale_dir = tmp_path / ".merged.tmp-k1ll3d"
+    (stale_dir / "s1").mkdir(parents=True)
+    (stale_dir / "s1" / "model.safetensors").write_bytes(b"0" * 1024)
+    stale_file = tmp_path / ".merged.tmp"
+    stale_file.write_text("half a prediction")
+    other = tmp_path / ".merged2.tmp-abc"
+    other.mkdir()
+    with output_lock(out, "another recall merge", "--out"):
+        assert not stale_dir.exists() and not stale_file.exists()
+    assert other.is_dir()
+
+
+def test_a_live_writer_keeps_its_staging_and_refuses_the_second(private_tmp, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "rec"
+    live = tmp_path / ".rec.tmp-live"
+    live.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, tempfile\n"
+        f"tempfile.tempdir = {str(private_tmp)!r}\n"
+        "from pathlib import Path\n"
+        "from recall_cli.rundir.lifecycle import RunLock, lock_folder\n"
+        "import hashlib\n"
+        f"out = Path({str(out)!r})\n"
+        "name = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]\n"
+        "lock = RunLock.take(out, path=lock_folder() / f'{name}.lock')\n"
+        "print('held', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirError, match=f"is being written by process {holder.pid}"):
+            with output_lock(out, "another recall evaluate --record", "--record folder"):
+                pass
+        assert live.is_dir()  # the holder's staging was not touched
+    finally:
+        holder.kill()
+        holder.wait()

@@ -76,3 +76,12 @@ def test_predict_refuses_a_model_whose_outputs_are_nan(nan_checkpoint, tmp_path)
     assert result.exit_code == 3, result.output
     assert "outputs are NaN/inf" in one_line_error(result)
     assert not out.exists() and not list(tmp_path.glob(".preds*"))
+
+
+def test_predict_refuses_to_write_over_the_file_it_predicts(tmp_path):
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("sentence\nhello\n")
+    result = invoke("predict", tmp_path / "no-such-run", "--split", rows, "--out", rows, "--overwrite")
+    assert result.exit_code == 2
+    assert "is the file being predicted: write the predictions to another file" in one_line_error(result)
+    assert rows.read_text() == "sentence\nhello\n"

@@ -55,6 +55,21 @@ def remove_stale_staging(run_dir: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_stale_output_staging(out: Path) -> None:
+    """What a writer of ``out`` killed while staging left beside it (merge's and evaluate --record's
+    ``.OUT.tmp-XXXX`` folders, predict's ``.OUT.tmp`` file): called by the next writer of ``out``
+    once it holds out's lock, so none of them can be a live writer's."""
+    import glob
+
+    if not out.parent.is_dir():
+        return
+    for path in [*out.parent.glob(f".{glob.escape(out.name)}.tmp-*"), out.parent / f".{out.name}.tmp"]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_file() or path.is_symlink():
+            path.unlink(missing_ok=True)
+
+
 def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
     """Refuse to clobber an existing directory unless asked, and never replace one that is not a run.
     Touches nothing: every rank of a distributed run checks this before the process group exists, so
@@ -182,6 +197,7 @@ def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
     name = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]
     lock = RunLock.take(out, path=lock_folder() / f"{name}.lock", writer=writer, other=other)
     try:
+        remove_stale_output_staging(out)
         yield
     finally:
         lock.release()

@@ -322,6 +322,8 @@ def predict_to_file(
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
     which = parse_split(split)
     out = Path(out)
+    if isinstance(which, Path) and out.resolve() == which.resolve():
+        raise DataError(f"--out {out} is the file being predicted: write the predictions to another file")
     check_out(out, overwrite)
     scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
@@ -340,8 +342,13 @@ def predict_to_file(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     outputs = predict(model, features, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
     fmt = output_format(out, which)
-    check_out(out, overwrite)  # still free: nothing took the name while the model ran
-    write_atomic(out, format_predictions(kind, rows, outputs, fmt))
+    from ..rundir import output_lock
+
+    # One writer of --out (a second predict to it is refused in one line); taking the lock also removes
+    # what a predict killed while writing left beside it.
+    with output_lock(out, "another recall predict", "--out"):
+        check_out(out, overwrite)  # still free: nothing took the name while the model ran
+        write_atomic(out, format_predictions(kind, rows, outputs, fmt))
     return {"checkpoint": str(folder), "task": kind.spec.name, "split": str(which), "source": rows.source,
             "examples": len(rows), "out": str(out), "format": fmt, "device": str(dev_device),
             "precision": precision, "batch_size": batch_size}
