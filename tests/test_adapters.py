@@ -151,7 +151,7 @@ MODEL_REFUSALS = [
     (["model.osf.rank=32"], "error: model.osf.rank: 32 leaves nothing frozen in bert.encoder.layer.0.attention.self.query "
                             "(its smaller dimension is 32): set it below 32"),
     (["model.osf.rank=4", "model.osf.target_modules=[nope]"],
-     "error: model.osf.target_modules: no linear layer of this model matches ['nope'] (its linear layers are named "
+     "error: model.osf.target_modules: this model has no module named 'nope' (its linear layers are named "
      "classifier, dense, key, query, value; or null for all of them)"),
     (["model.lora.r=32", "model.lora.init=pissa"],
      "error: model.lora.r: 32 leaves nothing frozen in bert.encoder.layer.0.attention.self.query with "
@@ -160,9 +160,8 @@ MODEL_REFUSALS = [
      "error: model.lora.r: 40 leaves nothing frozen in bert.encoder.layer.0.attention.self.query with "
      "model.lora.init=corda (its smaller dimension is 32): set it below 32"),
     (["model.lora.r=4", "model.lora.init=pissa", "model.lora.target_modules=[nope]"],
-     "error: model.lora.target_modules: No modules were targeted for adaptation. This might be caused by a combination of "
-     "mismatched target modules and excluded modules. Please check your `target_modules` and `exclude_modules` "
-     "configuration (this model's linear layers are named classifier, dense, key, query, value; or null for all of them)"),
+     "error: model.lora.target_modules: this model has no module named 'nope' (its linear layers are named classifier, "
+     "dense, key, query, value; or null for all of them)"),
 ]
 
 

@@ -75,3 +75,10 @@ class Adapter(Method):
         """Parameters that train under this adapter, head included, on a model built on the meta device
         (``head``: the classification head's parameter names)."""
         raise NotImplementedError
+
+
+def unknown_targets(model: Any, names: list[str]) -> list[str]:
+    """The names of ``names`` (a target_modules list) that no module of ``model`` has, as peft matches
+    them (the whole name, or its last dotted parts): peft drops such a name silently when another matches."""
+    modules = [name for name, _ in model.named_modules()]
+    return [n for n in names if not any(m == n or m.endswith("." + n) for m in modules)]

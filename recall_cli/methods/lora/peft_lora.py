@@ -57,8 +57,12 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
         variants["corda_config"] = CordaConfig(corda_method="kpm")
     config = LoraConfig(task_type=TaskType[task_type], r=r, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets, **variants)
+    if target_modules:
+        check_named_targets(model, targets, "model.lora.target_modules")
     if init != "default":
-        check_decomposed_rank(model, config, r, init)
+        check_decomposed_rank(model, config, r, init)  # stricter: r must leave the frozen residual some
+    else:
+        check_rank_fits(model, config, r, "model.lora.r")
     if prepare is not None:
         prepare(model, config)
     try:
@@ -70,6 +74,30 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise PreflightError(f"model.lora.target_modules: {' '.join(str(exc).split())[:200]} (this model's linear "
                              f"layers are named {', '.join(linear_names(model))}; or null for all of them)") from None
+
+
+def check_named_targets(model: torch.nn.Module, targets: list[str], key: str) -> None:
+    """Every name a user listed must name something: peft adapts what matches and ignores the rest."""
+    from ..adapter import unknown_targets
+
+    unknown = unknown_targets(model, targets)
+    if unknown:
+        raise PreflightError(f"{key}: this model has no module named {', '.join(map(repr, unknown))} (its linear layers "
+                             f"are named {', '.join(linear_names(model))}; or null for all of them)")
+
+
+def check_rank_fits(model: torch.nn.Module, config: Any, r: int, key: str) -> None:
+    """A rank above a targeted layer's smaller dimension adds nothing a full-rank update would not, and a
+    huge one fails in the allocator: refused before any adapter is made."""
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers, check_target_module_exists
+
+    expanded = _maybe_include_all_linear_layers(copy.deepcopy(config), model)
+    sizes = {name: min(m.weight.shape) for name, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and check_target_module_exists(expanded, name)}
+    if sizes and r > min(sizes.values()):
+        name = min(sizes, key=sizes.get)
+        raise PreflightError(f"{key}: {r} is above what {name} can hold (its smaller dimension is {sizes[name]}): "
+                             f"set it at most {sizes[name]}")
 
 
 def check_decomposed_rank(model: torch.nn.Module, config: Any, r: int, init: str) -> None:

@@ -47,6 +47,13 @@ def wrap(model: torch.nn.Module, rank: int, target_modules: list[str] | None, *,
 
     targets = [m.strip() for m in target_modules] if target_modules else "all-linear"
     config = OSFConfig(task_type=TaskType[task_type], target_modules=targets)
+    if target_modules:
+        from ..adapter import unknown_targets
+
+        unknown = unknown_targets(model, targets)
+        if unknown:
+            raise PreflightError(f"model.osf.target_modules: this model has no module named {', '.join(map(repr, unknown))} "
+                                 f"(its linear layers are named {', '.join(_linear_names(model))}; or null for all of them)")
     matched = _matched(model, config)
     if not matched:
         raise PreflightError(f"model.osf.target_modules: no linear layer of this model matches {targets} (its linear "
