@@ -156,7 +156,11 @@ def probe(
     prober, ref_model = theta_star_prober(theta_star, probes, inputs, tokenizer, device, max_length=max_length,
                                          batch_size=batch_size, option="max_length=",
                                          trust_remote_code=trust_remote_code)
+    mine, theirs = _hidden_size(model), _hidden_size(ref_model)
     del ref_model
+    if mine is not None and theirs is not None and mine != theirs:
+        raise ValueError(f"probe: the model's hidden size is {mine} and against's ({theta_star}) is {theirs}: a probe "
+                         "compares a model with the pretrained model it was fine-tuned from")
     record = prober.measure(model)
     return {"target": name, "theta": None, "reference": theta_star, "texts": prober.n_texts, "pairs": prober.n_pairs,
             **record, "notes": list(prober.notes)}
@@ -179,6 +183,10 @@ def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | tor
 
     from .methods.keep.term import EmbeddingAnchor
 
+    if _hidden_size(model) is None:
+        raise TypeError(f"embedding_anchor: model is a {type(model).__name__}, not a transformers model (one with a "
+                        "config and hidden states, e.g. AutoModelForSequenceClassification): there is no sentence "
+                        "embedding to keep")
     if isinstance(pretrained, torch.nn.Module):
         theta_star = copy.deepcopy(pretrained)
     else:
@@ -195,9 +203,22 @@ def embedding_anchor(model: torch.nn.Module, pretrained: str | os.PathLike | tor
 def freeze_encoder(model: torch.nn.Module) -> None:
     """LP-FT's first phase: every parameter but the classification head stops training (no gradient,
     so optimizers skip it: no update, no weight decay). :func:`unfreeze_encoder` starts the second."""
-    from .methods.lpft.freeze import freeze_encoder as freeze
+    from .methods.lpft.freeze import encoder_parameters, freeze_encoder as freeze
 
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    kept = [p for p in trainable if not any(p is q for q in encoder_parameters(model))]
+    if _hidden_size(model) is None or not kept or len(kept) == len(trainable):
+        raise TypeError(f"freeze_encoder: model is a {type(model).__name__}, not a classifier with an encoder and a "
+                        "head (e.g. AutoModelForSequenceClassification): nothing would be left to train, or nothing "
+                        "frozen")
     freeze(model)
+
+
+def _hidden_size(model: Any) -> int | None:
+    """A transformers model's hidden size (its config's), or None for anything else."""
+    config = getattr(model, "config", None)
+    size = getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or getattr(config, "dim", None)
+    return int(size) if isinstance(size, int) else None
 
 
 def unfreeze_encoder(model: torch.nn.Module) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
+import pickle
 from pathlib import Path
 
 import torch
@@ -183,8 +184,16 @@ def _load(what: str, loader, name: str, **kwargs):
         )
     from safetensors import SafetensorError
 
+    if what == "model" and folder.is_dir():
+        check_config_size(folder)
     try:
         return loader(name, **kwargs)
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
+        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        reason = reason.split(" was not")[0].removeprefix("WeightsUnpickler error: ")
+        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason or 'refused'}); "
+                             "recall reads a pickle only as plain tensors and never runs its code: save the model as "
+                             "safetensors (save_pretrained) from a source you trust") from None
     except SafetensorError as exc:  # a truncated download or copy, or another format under the name
         files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
         raise ModelLoadError(unreadable_weights(files[0] if len(files) == 1 else folder / "*.safetensors", exc)) from exc
@@ -201,6 +210,30 @@ def _load(what: str, loader, name: str, **kwargs):
             f"(offline?): download it where there is internet (`hf download {name}`) or set model.name_or_path "
             "to a local folder with config.json, weights and tokenizer files"
         ) from exc
+
+
+def check_config_size(folder: Path) -> None:
+    """A config.json whose sizes describe a model larger than this machine's memory is refused before
+    anything is allocated (the allocator's own failure names no cause). A rough count: embeddings plus
+    each layer's attention (4 h^2) and feed-forward (2 h i) weights, 4 bytes each."""
+    import json
+    import os
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        sizes = {k: int(config.get(k) or 0) for k in ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return  # transformers' own loading names what is wrong with the file
+    h, layers, inner, vocab = sizes["hidden_size"], sizes["num_hidden_layers"], sizes["intermediate_size"], sizes["vocab_size"]
+    params = vocab * h + layers * (4 * h * h + 2 * h * inner)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if 4 * params > memory:
+        raise ModelLoadError(f"{folder}/config.json describes a model of about {params:.3g} parameters ({4 * params / 2**30:,.0f} GiB "
+                             f"in fp32: hidden_size {h}, num_hidden_layers {layers}, intermediate_size {inner}, vocab_size "
+                             f"{vocab}), more than this machine's {memory / 2**30:,.0f} GiB: check those sizes")
 
 
 def unreadable_weights(path: Path | str, error: Exception) -> str:

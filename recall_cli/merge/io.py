@@ -152,7 +152,9 @@ def open_source(arg: str) -> Source:
                 piece = f.get_slice(key)
                 shapes[key[len(prefix):]] = tuple(piece.get_shape())
                 dtypes[key[len(prefix):]] = piece.get_dtype()
-    name = (run_dir or folder).name if not (run_dir is None and folder.name in (rundir.BEST_DIR, rundir.LAST_DIR)) else folder.parent.name
+    # Named after the folder itself, resolved: "." or "run/.." name the folder they are, not "" or "..".
+    where = (run_dir or folder).resolve()
+    name = where.name if not (run_dir is None and where.name in (rundir.BEST_DIR, rundir.LAST_DIR)) else where.parent.name
     return Source(arg=arg, name=name, folder=folder, run_dir=run_dir, config=config, prefix=prefix, files=files,
                   shapes=shapes, dtypes=dtypes, head=sorted(head), kept=kept, recipe=recipe)
 

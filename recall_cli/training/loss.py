@@ -32,9 +32,11 @@ def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequ
     cached term looks its reference rows up by)."""
     if not terms:
         outputs = forward(**batch)
+        _check_task_loss(outputs, batch)
         return (outputs.loss, {}, outputs) if return_outputs else (outputs.loss, {})
     hidden = any(term.needs_hidden_states for term in terms)
     outputs = forward(**batch, output_hidden_states=True) if hidden else forward(**batch)
+    _check_task_loss(outputs, batch)
     task = outputs.loss
     total, parts = task, {"loss_task": task.detach()}
     for term in terms:
@@ -42,3 +44,10 @@ def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequ
         total = total + term.weight(step) * value
         parts[f"loss_{term.name}"] = value.detach()
     return (total, parts, outputs) if return_outputs else (total, parts)
+
+
+def _check_task_loss(outputs: Any, batch: dict[str, Tensor]) -> None:
+    """A forward without a loss (a batch without ``labels``) has nothing to back-propagate: say so."""
+    if getattr(outputs, "loss", None) is None:
+        raise ValueError("loss_step: the model returned no loss: the batch needs its 'labels' (it has "
+                         f"{', '.join(sorted(batch)) or 'nothing'}), from which the model computes the task loss")

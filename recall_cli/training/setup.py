@@ -176,6 +176,25 @@ def _resumable(run_dir: Path) -> Path | None:
     return last
 
 
+def _check_same_head(last: Path, task: TaskType, recipe: Recipe) -> None:
+    """A resumed run's task must be the one its last/ was trained for: a config.yaml edited since (another
+    task, another label count) would load last/ under a head of another shape (transformers' error, exit 1)."""
+    import json
+
+    try:
+        saved = json.loads((last / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # the loading names what is wrong with it
+    wanted = task.head_config()
+    labels = len(saved.get("id2label") or {}) or saved.get("num_labels")
+    problem = saved.get("problem_type")
+    if (labels and labels != wanted["num_labels"]) or (problem and problem != wanted["problem_type"]):
+        raise RunDirError(f"{recipe.output_dir}: its config.yaml names task {recipe.task.name} ({wanted['num_labels']} "
+                          f"output{'s' if wanted['num_labels'] != 1 else ''}, {wanted['problem_type']}), but last/ was trained "
+                          f"with {labels} ({problem or 'no problem type'}): config.yaml changed since the run began; put "
+                          "its task back, or start a new run")
+
+
 def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any) -> tuple[BuiltModel, Adapted | None]:
     """(the model with theta*, the recipe's adapter around it or None). A resumed run's weights come
     from last/; an adapter's last/ holds merged weights, so it starts from theta* again and loads its
@@ -249,6 +268,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     source = str(last) if last else recipe.model.name_or_path
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
+    if last is not None:
+        _check_same_head(last, task.kind, recipe)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
     adapter = next((m for m in on if m.is_adapter), None)
