@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import shutil
 import signal
@@ -83,7 +82,8 @@ def test_settings_that_would_write_nan_weights_fail_naming_the_tensor_and_option
     assert not out.exists() and leftovers(tmp_path) == []
 
 
-def test_nan_that_an_input_already_had_is_carried_not_refused(runs, tmp_path):
+def test_an_input_with_nan_weights_is_refused_naming_it(runs, tmp_path):
+    """No checkpoint from NaN/inf weights (issue 41): a merge used to carry an input's NaN into its output."""
     poisoned = tmp_path / "poisoned"
     shutil.copytree(runs["a"], poisoned)
     weights = load_file(str(poisoned / "best" / "model.safetensors"))
@@ -92,9 +92,9 @@ def test_nan_that_an_input_already_had_is_carried_not_refused(runs, tmp_path):
     save_file(weights, str(poisoned / "best" / "model.safetensors"), metadata={"format": "pt"})
     out = tmp_path / "out"
     result = invoke("merge", poisoned, runs["b"], "--out", out, "--method", "linear", "--json")
-    assert result.exit_code == 0, result.output
-    merged = load_file(str(out / "b" / "model.safetensors"))[key]
-    assert math.isnan(merged[0]) and torch.isfinite(merged[1:]).all()
+    assert result.exit_code == 2, result.output
+    assert f"{poisoned}: {key} holds NaN/inf (a run that diverged?)" in result.output
+    assert not out.exists() and not list(tmp_path.glob(".out.tmp-*"))
 
 
 def test_probe_sizes_are_checked_for_every_caller(runs, tmp_path):

@@ -119,10 +119,14 @@ def fuse(
 
 def _check_not_poisoned(sources: list[Source], method: MergeMethod, name: str, out: torch.Tensor,
                         base: torch.Tensor | None, chunk_bytes: int) -> None:
-    """A merged tensor holds NaN/inf: fine where an input had them too, else the settings made them."""
-    inputs = [*TensorVersions(sources, name, chunk_bytes), *([base] if base is not None else [])]
-    if not all(bool(torch.isfinite(t).all()) for t in inputs):
-        return  # the inputs' own NaN/inf, carried through
+    """A merged tensor holds NaN/inf: an input's (refused: no checkpoint is written from NaN/inf weights), or
+    the settings made them."""
+    for source, tensor in zip(sources, TensorVersions(sources, name, chunk_bytes)):
+        if not bool(torch.isfinite(tensor).all()):  # a diverged run's weights: nothing is written from them
+            raise MergeError(f"{source.arg}: {source.key(name)} holds NaN/inf (a run that diverged?): merge a checkpoint "
+                             "from before the divergence (nothing was written)")
+    if base is not None and not bool(torch.isfinite(base).all()):
+        raise MergeError(f"theta*'s {sources[0].key(name)} holds NaN/inf: check the pretrained model (nothing was written)")
     def shown(value: Any) -> str:
         return ",".join(map(shown, value)) if isinstance(value, (list, tuple)) else f"{value:g}" if isinstance(value, float) else str(value)
 
