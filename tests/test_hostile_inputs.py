@@ -139,6 +139,27 @@ def test_a_signal_mid_merge_removes_the_staging_folder(wide_runs, tmp_path, sig,
     assert leftovers(tmp_path) == [] and not out.exists()
 
 
+@pytest.mark.slow
+def test_a_merge_killed_while_staging_leaves_a_folder_the_next_merge_removes(wide_runs, tmp_path):
+    """kill -9 cannot be cleaned up after, by the process it kills: the staging folder stays. The next merge
+    into the same --out (holding its lock, so no live writer of it exists) removes it (issue 41)."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "recall_cli", "merge", str(wide_runs["a"]), str(wide_runs["b"]), "--out", str(out),
+               "--method", "linear", "--device", "cpu"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not leftovers(tmp_path) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert process.poll() is None, process.communicate()
+    process.kill()
+    process.communicate(timeout=60)
+    stale = leftovers(tmp_path)
+    assert stale and not out.exists()
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert leftovers(tmp_path) == [] and (out / "merge.json").is_file()
+
+
 def _stop_self(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # the handler run_guarded installed raises here
     time.sleep(5)
