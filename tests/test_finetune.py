@@ -147,10 +147,10 @@ def test_recipe_problems_are_reported_at_once_and_nothing_is_created(tiny_model_
 def test_range_and_cross_field_problems(tiny_model_dir, tmp_path):
     path = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "never"))
     result = finetune(str(path), "optimizer.lr=-1", "optimizer.name=adamw", "model.init=random",
-                      "train.epochs=2", "optimizer.anneal_t0=1.5")
+                      "train.epochs=2", "train.max_steps=5", "optimizer.anneal_t0=1.5")
     assert result.exit_code == 2
     assert "optimizer.lr: must be > 0, got -1.0" in result.output
-    assert "set exactly one of them" in result.output
+    assert "set exactly one of them (the other null, e.g. train.epochs=null)" in result.output
     # model.init=random under adamw is set aside (named on the start line), not refused: vanilla is one override away.
     assert "model.init" not in result.output
     assert "optimizer.anneal_t0: a step count (integer >= 1) or a fraction" in result.output
@@ -335,3 +335,19 @@ def test_a_run_written_before_train_save_existed_resumes_keeping_everything(tiny
     new = tiny_recipe(tiny_model_dir, tmp_path / "new")
     del new["train"]["save"]
     assert _recipe_to_run(write_recipe(tmp_path / "new.yaml", new), None, None).train.save == "final"
+
+
+@pytest.mark.parametrize("given, cleared, was", [("train.max_steps=3", "epochs", 3), ("train.epochs=1", "max_steps", 12)])
+def test_a_length_override_replaces_the_recipes_other_length(tiny_model_dir, tmp_path, given, cleared, was):
+    """As run_glue's max_steps overrides num_train_epochs: one override of either length key clears the
+    recipe's other, said once in a note; a shipped recipe with train.epochs takes train.max_steps=20."""
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "run")
+    if cleared == "epochs":
+        recipe["train"].update(max_steps=None, epochs=3)
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    result = finetune(str(path), given, "--dry-run")
+    assert result.exit_code == 0, result.output
+    key = given.split("=")[0]
+    assert result.output.count("note:") == 1
+    assert f"note: {key} from the command line replaces the recipe's train.{cleared}: {was}" in result.output
+    assert f"  {cleared}: null" in result.output

@@ -147,7 +147,11 @@ def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Pat
     if resume is None:
         if recipe is None:
             fail("give a recipe file (e.g. recall finetune recipes/quickstart.yaml) or --resume OUTPUT_DIR", ExitCode.USAGE)
-        return load_recipe(recipe, list(overrides or []))
+        notes: list[str] = []
+        loaded = load_recipe(recipe, list(overrides or []), notes)
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
+        return loaded
     if recipe is not None or overrides:
         fail("--resume continues the recipe saved in the run directory: give no recipe or overrides", ExitCode.USAGE)
     config = resume / CONFIG_FILE

@@ -38,9 +38,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> list[str]:
-    """Set each dotted key in ``raw`` (in place); returns problems with the overrides themselves."""
+# Two ways to say how long a run is: an override of one replaces the recipe's other (as run_glue's
+# max_steps overrides num_train_epochs), unless the same command line sets both.
+LENGTH_KEYS = ("train.max_steps", "train.epochs")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], notes: list[str] | None = None) -> list[str]:
+    """Set each dotted key in ``raw`` (in place); returns problems with the overrides themselves. A
+    train.max_steps (or train.epochs) override clears the recipe's other length key, said in ``notes``."""
     problems = []
+    given = {text.split("=", 1)[0].strip() for text in overrides if "=" in text}
+    for key, other in (LENGTH_KEYS, LENGTH_KEYS[::-1]):
+        train = raw.get("train")
+        if key in given and other not in given and isinstance(train, dict) and train.get(other.split(".")[1]) is not None:
+            if notes is not None:
+                notes.append(f"{key} from the command line replaces the recipe's {other}: {train[other.split('.')[1]]} "
+                             f"(give both to be refused as before)")
+            train[other.split(".")[1]] = None
     for text in overrides:
         try:
             key, value = parse_override(text)
@@ -82,9 +96,9 @@ def _beside_recipe(raw: dict[str, Any], recipe_file: Path) -> None:
                 break
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+def load_recipe(path: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> Recipe:
     raw = read_yaml(path)
-    problems = apply_overrides(raw, overrides or [])
+    problems = apply_overrides(raw, overrides or [], notes)
     _beside_recipe(raw, Path(path))
     recipe, more = build_recipe(raw)
     problems += more

@@ -38,7 +38,7 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
          f"train.eval_batch_size: must be >= 1, got {tr.eval_batch_size}")
     need(tr.grad_accum >= 1, f"train.grad_accum: must be >= 1, got {tr.grad_accum}")
     need((tr.max_steps is None) != (tr.epochs is None),
-         "train.max_steps / train.epochs: set exactly one of them")
+         "train.max_steps / train.epochs: set exactly one of them (the other null, e.g. train.epochs=null)")
     need(tr.max_steps is None or tr.max_steps >= 1, f"train.max_steps: must be >= 1, got {tr.max_steps}")
     need(tr.epochs is None or tr.epochs > 0, f"train.epochs: must be > 0, got {tr.epochs}")
     for key in ("warmup_steps", "log_every", "eval_every", "save_every", "keep_last"):
