@@ -60,6 +60,10 @@ def test_wheel_and_sdist_build_and_the_wheel_installs_into_a_fresh_venv(tmp_path
     help_ = subprocess.run([str(venv / "bin" / "recall"), "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert help_.returncode == 0, help_.stderr[-2000:]
     assert "finetune" in help_.stdout and "merge" in help_.stdout
+    # recall-ft: the same app, for a machine where recall-cli's `recall` shadows ours.
+    help_ft = subprocess.run([str(venv / "bin" / "recall-ft"), "--help"], capture_output=True, text=True, cwd=tmp_path)
+    assert help_ft.returncode == 0 and "Usage: recall-ft [OPTIONS] COMMAND" in help_ft.stdout, help_ft.stdout[:300]
+    assert [line.split() for line in help_ft.stdout.splitlines()[3:]] == [line.split() for line in help_.stdout.splitlines()[3:]]
     where = subprocess.run([str(python), "-c", "import importlib.metadata as m, recall_cli; "
                             f"print(m.version('{DISTRIBUTION}'), recall_cli.__file__)"],
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
