@@ -83,7 +83,7 @@ def sst2_run(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_dev_tsv_has_class_names_and_the_accuracy_recall_evaluate_prints(sst2_run, tmp_path):
+def test_dev_tsv_has_glue_labels_and_the_accuracy_recall_evaluate_prints(sst2_run, tmp_path):
     out = tmp_path / "dev.tsv"
     result = predict(sst2_run, "--split", "dev", "--out", out, "--device", "cpu")
     assert result.exit_code == 0, result.output
@@ -92,8 +92,8 @@ def test_dev_tsv_has_class_names_and_the_accuracy_recall_evaluate_prints(sst2_ru
     assert rows[0] == ["index", "prediction"]
     rows = rows[1:]
     assert [r[0] for r in rows] == [str(i) for i in range(EVAL_ROWS)]  # one row per scored dev example
-    assert {r[1] for r in rows} <= set(SST2_CLASSES)
-    predicted = [SST2_CLASSES.index(r[1]) for r in rows]
+    assert {r[1] for r in rows} <= {"0", "1"}  # SST-2's labels as GLUE writes them (its server reads these)
+    predicted = [int(r[1]) for r in rows]
     accuracy = float(np.mean(np.asarray(predicted) == np.asarray(dev_labels("SST-2", EVAL_ROWS))))
 
     scored = runner.invoke(app, ["evaluate", str(sst2_run), "--json", "--device", "cpu"])
@@ -151,7 +151,7 @@ def test_the_glue_test_split_keeps_its_index_column(sst2_run, tmp_path):
     rows = read_tsv(out)
     assert rows[0] == ["index", "prediction"]
     assert [r[0] for r in rows[1:]] == [str(i + 100) for i in range(7)]
-    assert {r[1] for r in rows[1:]} <= set(SST2_CLASSES)
+    assert {r[1] for r in rows[1:]} <= {"0", "1"}
 
 
 # ---- a hand-made run: formats, the test split, every refusal ----------------------------------------
@@ -227,7 +227,9 @@ def test_a_users_csv_with_the_hubs_column_names_and_a_tsv_out(mrpc_run, tmp_path
     tsv = tmp_path / "pairs.tsv"  # the --out suffix picks the format
     assert predict(mrpc_run, "--split", source, "--out", tsv).exit_code == 0
     rows = read_tsv(tsv)
-    assert rows[0] == ["index", "prediction"] and [r[1] for r in rows[1:]] == [r["prediction"] for r in records]
+    # The TSV holds MRPC's own labels (0/1, what GLUE's server reads), the JSONL the class names.
+    names = ("not_equivalent", "equivalent")
+    assert rows[0] == ["index", "prediction"] and [names[int(r[1])] for r in rows[1:]] == [r["prediction"] for r in records]
 
 
 def test_a_regression_task_predicts_floats(tiny_model_dir, tmp_path):
@@ -356,3 +358,33 @@ def test_the_wheel_carries_the_recipes_and_recall_recipes_reads_them_there(tmp_p
                             env=env, cwd=tmp_path)
     assert copied.returncode == 0, copied.stderr[-2000:]
     assert (tmp_path / "q.yaml").read_bytes() == (REPO / "recipes" / "quickstart.yaml").read_bytes()
+
+
+# GLUE's submission format per task, as its server reads it (the labels of GLUE's own files).
+GLUE_SUBMISSION_LABELS = {"cola": ("0", "1"), "sst2": ("0", "1"), "mrpc": ("0", "1"), "qqp": ("0", "1"),
+                          "wnli": ("0", "1"), "mnli": ("entailment", "neutral", "contradiction"),
+                          "qnli": ("entailment", "not_entailment"), "rte": ("entailment", "not_entailment")}
+
+
+@pytest.mark.parametrize("name", sorted(GLUE_SUBMISSION_LABELS))
+def test_the_tsv_holds_each_glue_tasks_own_labels(name):
+    """recall predict's TSV writes the class as GLUE's files do (MRPC's 0/1, not 'equivalent'); the JSONL
+    keeps the class names (config.json's id2label)."""
+    from recall_cli.names import TASKS
+    from recall_cli.tasks import task_type_for
+
+    task = task_type_for(TASKS[name])
+    labels = GLUE_SUBMISSION_LABELS[name]
+    outputs = np.eye(len(labels), dtype=np.float32)[[*range(len(labels)), 0]]
+    assert task.submission(outputs) == [*labels, labels[0]]
+    assert [p.text for p in task.predictions(outputs)][: len(labels)] == list(TASKS[name].id2label)
+
+
+def test_the_stsb_tsv_holds_the_score():
+    from recall_cli.names import TASKS
+    from recall_cli.tasks import task_type_for
+
+    task = task_type_for(TASKS["stsb"])
+    outputs = np.array([[3.25], [0.5]], dtype=np.float32)
+    assert task.submission(outputs) == [p.text for p in task.predictions(outputs)]
+    assert [float(v) for v in task.submission(outputs)] == [3.25, 0.5]

@@ -268,13 +268,13 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
 
 
 def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
-    """The file's text: a GLUE TSV (index, prediction) or JSONL (index, prediction, label, probabilities),
-    each row as the task type predicts it (a class's name and the probabilities, a score)."""
+    """The file's text: a GLUE TSV (index, prediction: the label as the task's files write it, which GLUE's
+    server reads) or JSONL (index, prediction: the class's name, label, probabilities), a score for STS-B."""
     from ..rundir import dumps_strict
 
+    if fmt == "tsv":  # the labels as the task's files write them: GLUE's submission format
+        return "index\tprediction\n" + "".join(f"{i}\t{label}\n" for i, label in zip(rows.index, task.submission(outputs)))
     predicted = task.predictions(outputs)
-    if fmt == "tsv":
-        return "index\tprediction\n" + "".join(f"{i}\t{p.text}\n" for i, p in zip(rows.index, predicted))
     lines = []
     for n, prediction in enumerate(predicted):
         record: dict[str, Any] = {"index": int(rows.index[n]) if rows.index[n].lstrip("-").isdigit() else rows.index[n],

@@ -125,3 +125,8 @@ class TaskType(ABC):
     @abstractmethod
     def predictions(self, outputs: np.ndarray) -> list[Prediction]:
         """What `recall predict` writes for each row of the model's raw outputs."""
+
+    def submission(self, outputs: np.ndarray) -> list[str]:
+        """Each row's prediction as the task's own files write labels: what a GLUE-style TSV submission
+        holds (a class's name where the files use names; a score as predictions write it)."""
+        return [p.text for p in self.predictions(outputs)]
