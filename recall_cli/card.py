@@ -110,7 +110,10 @@ def _metadata(recipe: Any, checkpoint: str, step: int, evaluation: dict[str, Any
         meta["license"] = MODEL_LICENSES[base]
     if glue:
         meta["datasets"] = ["glue"]
-    results = _results(recipe, evaluation) if evaluation is not None and evaluation.get("step") == step else []
+    # Only dev numbers go to model-index (the Hub reads them as the validation split's): a holdout's are the
+    # training rows' share that chose best/, reported in the body under their own name.
+    on_dev = evaluation is not None and evaluation.get("data", "dev") != "holdout"
+    results = _results(recipe, evaluation) if on_dev and evaluation.get("step") == step else []
     metrics = list(dict.fromkeys(m["type"] for r in results for m in r["metrics"]))
     if metrics:
         meta["metrics"] = metrics
@@ -170,11 +173,13 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     o, t, m = recipe.optimizer, recipe.train, recipe.model
     entry = OPTIMIZERS.get(o.name)
     label = entry.label if entry else o.name
-    task = TASKS[recipe.task.name].title if recipe.task.name in TASKS else f"a custom task ({recipe.task.dev_file or recipe.task.train_file})"
+    task = TASKS[recipe.task.name].title if recipe.task.name in TASKS else f"a custom task ({recipe.task.train_file or recipe.task.dev_file})"
     run = Path(recipe.output_dir)
     lines = [f"# {run.name}: {checkpoint}/", ""]
     start = "from its pretrained weights" if m.init == "pretrained" else "from a random initialisation of its architecture"
-    which = {BEST_DIR: "the best dev score", LP_DIR: "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
+    holdout = bool(getattr(recipe.task, "holdout", 0))
+    best = "the best holdout score" if holdout else "the best dev score"
+    which = {BEST_DIR: best, LP_DIR: "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
     glue = "GLUE " if recipe.task.name in TASKS else ""
     lines += [(f"`{m.name_or_path}` fine-tuned on {glue}{task} {start} with {label}, by recall {version}. "
                f"This folder is step {step} of {total_steps} ({which}); recall wrote this card with its weights."), ""]
@@ -196,7 +201,13 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
               f"| seed | {t.seed} |",
               f"| initialisation | {m.init} |", ""]
 
-    lines += ["## Dev results", ""]
+    scored_on_holdout = bool(evaluation) and evaluation.get("data") == "holdout"
+    if scored_on_holdout:
+        lines += ["## Holdout results", "",
+                  f"Scored on the holdout ({_g(recipe.task.holdout)} of the training rows, which chose best/), not on "
+                  "dev: `recall evaluate` scores these weights on dev.", ""]
+    else:
+        lines += ["## Dev results", ""]
     dev = _dev_metrics(evaluation) if evaluation else {}
     if not dev:
         lines += ["Not evaluated yet at this step.", ""]

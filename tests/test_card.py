@@ -171,3 +171,35 @@ def test_a_merge_card_names_the_dev_split_the_hub_knows():
     text = card.merge_card(out_name="merged", output="m", method="linear", settings={}, inputs=[{"name": "m"}],
                            source={"task": {"name": "rte"}}, scores=[{**scores[0], "task": "rte"}], version="test")
     assert ModelCard(text).data.eval_results[0].dataset_split == "validation"
+
+
+def test_a_holdout_score_is_never_a_validation_result():
+    """Under task.holdout best/ is chosen on the holdout: its card reports those numbers as the holdout's
+    and puts none in model-index (the Hub reads model-index as the validation split); dev numbers go there."""
+    raw = recipe(task={"name": "mrpc", "holdout": 0.1})
+    holdout = {"step": 60, "split": "eval", "data": "holdout", "accuracy": 0.6749, "main": 0.6749}
+    text = card.model_card(raw, checkpoint="best", step=60, total_steps=100, evaluation=holdout, probe=None,
+                           distance=1.0, version="9.9")
+    assert ModelCard(text).data.eval_results is None and "model-index" not in text
+    assert "(the best holdout score)" in text and "## Holdout results" in text and "## Dev results" not in text
+    assert "Scored on the holdout (0.1 of the training rows, which chose best/), not on dev" in text
+    dev = {"step": 100, "split": "test", "data": "dev", "accuracy": 0.6838, "main": 0.6838}
+    text = card.model_card(raw, checkpoint="last", step=100, total_steps=100, evaluation=dev, probe=None,
+                           distance=1.0, version="9.9")
+    assert [(r.dataset_split, r.metric_value) for r in ModelCard(text).data.eval_results] == [("validation", 0.6838)]
+    assert "## Dev results" in text
+
+
+def test_a_custom_tasks_card_names_its_training_file():
+    raw = recall_cli_recipe_custom()
+    text = card.model_card(raw, checkpoint="last", step=10, total_steps=10, evaluation=None, probe=None,
+                           distance=None, version="9.9")
+    assert "fine-tuned on a custom task (train.csv)" in text.replace("data/", "")
+
+
+def recall_cli_recipe_custom():
+    raw = {"model": {"name_or_path": "bert-base-uncased"},
+           "task": {"name": "custom", "train_file": "train.csv", "dev_file": "dev.csv", "text_fields": ["text"],
+                    "label_field": "label", "num_labels": 2},
+           "optimizer": {"name": "adamw"}, "train": {"max_steps": 10}, "output_dir": "runs/c"}
+    return recipe_from_dict(raw, "test", check_files=False)

@@ -395,8 +395,10 @@ class _Loop:
         """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
         t = self.t
         distance = current_distance(t) if t.pairs or t.adapter is not None else None
+        # Under task.holdout the final weights are scored once on dev (the test record): their card says that.
+        dev = self.last_test if self.last_test is not None and self.last_test["step"] == step else None
         return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps, anneal_t0=t.plan.anneal_t0,
-                               evaluation=self.last_eval, probe=self.last_probe, distance=distance,
+                               evaluation=dev or self.last_eval, probe=self.last_probe, distance=distance,
                                version=__version__)
 
     def save_last(self, step: int) -> None:
