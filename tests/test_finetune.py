@@ -351,3 +351,11 @@ def test_a_length_override_replaces_the_recipes_other_length(tiny_model_dir, tmp
     assert result.output.count("note:") == 1
     assert f"note: {key} from the command line replaces the recipe's train.{cleared}: {was}" in result.output
     assert f"  {cleared}: null" in result.output
+
+
+def test_an_adamw_dry_run_names_no_schedule_it_does_not_read(tiny_model_dir, tmp_path):
+    """anneal_t0 is RecAdam's (and the methods on its clock): an adamw plan line does not print it."""
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"}, train={"max_steps": 40})
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "# plan: 40 optimizer steps\n" in result.output and "anneal_t0 =" not in result.output

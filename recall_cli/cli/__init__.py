@@ -193,7 +193,11 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     warnings = schedule_warnings(recipe, total)
     methods = dry_run_lines(prepared)
     if not as_json:
-        _print_plan(recipe, world_size, total, t0, lambdas, pulls, warnings)
+        from ..methods import registry
+
+        # λ(t)'s midpoint only where something reads it (RecAdam, or a method on its clock): an adamw run has none
+        read = OPTIMIZERS[oc.name].anchored or any(m.reads_recall_schedule(recipe) for m in registry.active(recipe))
+        _print_plan(recipe, world_size, total, t0 if read else None, lambdas, pulls, warnings)
         for key, line in methods.items():
             typer.echo(f"# {key}: {line}")
     if as_json:
@@ -212,7 +216,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
 def _print_plan(recipe, world_size, total, t0, lambdas, pulls, warnings) -> None:
     tc = recipe.train
     typer.echo(yaml.safe_dump(recipe.to_dict(as_written=True), sort_keys=False).rstrip())
-    typer.echo(f"# plan: {total} optimizer steps; anneal_t0 = {t0:g} steps")
+    typer.echo(f"# plan: {total} optimizer steps" + (f"; anneal_t0 = {t0:g} steps" if t0 is not None else ""))
     if world_size > 1:
         typer.echo(f"# {world_size} processes: global batch = {tc.batch_size} per process x {world_size} x "
                    f"grad_accum {tc.grad_accum} = {tc.batch_size * world_size * tc.grad_accum} examples per step")
