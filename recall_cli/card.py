@@ -30,7 +30,7 @@ CARD_FILE = "README.md"
 # (as KEPT_FILE) when recall replaces the folder.
 MARKER = "<!-- recall model card: written by recall with this folder's weights; replaced with them. -->"
 KEPT_FILE = "README.user.md"
-TAGS = ("recall", "recadam")
+TAGS = ("recall",)  # and the optimizer's name (recadam, adamw): a vanilla run is no RecAdam model
 
 # recall's metric names -> (the Hub's metric type, as the evaluate library names it; a reader's name)
 _METRICS = {
@@ -118,7 +118,7 @@ def _metadata(recipe: Any, checkpoint: str, step: int, evaluation: dict[str, Any
     if metrics:
         meta["metrics"] = metrics
     meta["library_name"] = "transformers"
-    meta["tags"] = list(TAGS)
+    meta["tags"] = [*TAGS, recipe.optimizer.name]
     if results:  # only numbers measured on these weights
         meta["model-index"] = [{"name": f"{Path(recipe.output_dir).name}-{checkpoint}", "results": results}]
     return meta

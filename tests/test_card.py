@@ -203,3 +203,9 @@ def recall_cli_recipe_custom():
                     "label_field": "label", "num_labels": 2},
            "optimizer": {"name": "adamw"}, "train": {"max_steps": 10}, "output_dir": "runs/c"}
     return recipe_from_dict(raw, "test", check_files=False)
+
+
+def test_the_cards_tags_name_the_optimizer_the_run_used():
+    text = card.model_card(recipe(optimizer={"name": "adamw"}), checkpoint="last", step=10, total_steps=10,
+                           evaluation=None, probe=None, distance=None, version="9.9")
+    assert ModelCard(text).data.tags == ["recall", "adamw"]
