@@ -388,3 +388,13 @@ def test_the_stsb_tsv_holds_the_score():
     outputs = np.array([[3.25], [0.5]], dtype=np.float32)
     assert task.submission(outputs) == [p.text for p in task.predictions(outputs)]
     assert [float(v) for v in task.submission(outputs)] == [3.25, 0.5]
+
+
+def test_a_file_without_the_tasks_text_columns_says_which_to_name(mrpc_run, tmp_path):
+    source = tmp_path / "pairs.csv"
+    source.write_text("first,second\nA man walks.,A man is walking.\n", encoding="utf-8")
+    out = tmp_path / "p.jsonl"
+    result = predict(mrpc_run, "--split", source, "--out", out)
+    assert_one_line_error(result, "no text columns", "(columns: 'first', 'second')",
+                          "rename the file's text columns to '#1 String'+'#2 String' or 'sentence1'+'sentence2'")
+    assert not out.exists()

@@ -133,7 +133,7 @@ def _pick_text_columns(source: Path | str, names: list[str], spec: Any, where: s
     wanted = " or ".join("+".join(repr(c) for c in choice) for choice in choices)
     existing = ", ".join(repr(n) for n in names) or "none"
     raise DataError(f"{source} {where}: no text column{'s' if len(choices[0]) > 1 else ''} {wanted} for task "
-                    f"{spec.name} (columns: {existing}): name the file's text columns so")
+                    f"{spec.name} (columns: {existing}): rename the file's text columns to {wanted}")
 
 
 def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
