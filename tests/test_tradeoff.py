@@ -138,14 +138,14 @@ def test_a_lower_is_better_y_chooses_the_lowest(floor_sweep, tmp_path):
 
 
 @pytest.mark.slow
-def test_without_within_the_output_is_as_before(floor_sweep, tmp_path):
+def test_without_within_each_setting_is_named_as_compare_names_it(floor_sweep, tmp_path):
     result = invoke("tradeoff", floor_sweep, "--out", tmp_path / "t.png")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [  # in the order the folders list: floor0.005_s1 ... floor0_s3
-        "sst2 / floor=0.005: n=3 median main=0.8400 sts_retained=0.8000",
-        "sst2 / floor=0.01: n=3 median main=0.8350 sts_retained=0.8600",
-        "sst2 / floor=0.02: n=3 median main=0.8200 sts_retained=0.9500",
-        "sst2 / floor=0: n=3 median main=0.8450 sts_retained=0.7200",
+        "sst2 / RecAdam floor 0.005: n=3 median main=0.8400 sts_retained=0.8000",
+        "sst2 / RecAdam floor 0.01: n=3 median main=0.8350 sts_retained=0.8600",
+        "sst2 / RecAdam floor 0.02: n=3 median main=0.8200 sts_retained=0.9500",
+        "sst2 / RecAdam: n=3 median main=0.8450 sts_retained=0.7200",
         f"figure: {tmp_path / 't.png'}",
     ]
     rows = json.loads(invoke("tradeoff", floor_sweep, "--out", tmp_path / "t.png", "--json").stdout)

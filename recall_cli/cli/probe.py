@@ -127,9 +127,13 @@ def tradeoff(
                 for line in (holdout_lines(choice, x, y) if select_on == "holdout" else [choice_line(choice, x, y)]):
                     typer.echo(line)
         else:
-            for s in settings:
-                mx, my = s["median"]
-                typer.echo(f"{s['task']} / {s['label']}: n={len(s['points'])} median {x}={_num(mx)} {y}={_num(my)}")
+            from ..report.tradeoff import names_of
+
+            for task in dict.fromkeys(s["task"] for s in settings):  # each task's settings named as compare names them
+                members = [s for s in settings if s["task"] == task]
+                for s, described in zip(members, names_of(members, runs)):
+                    mx, my = s["median"]
+                    typer.echo(f"{task} / {described.name}: n={len(s['points'])} median {x}={_num(mx)} {y}={_num(my)}")
         typer.echo(f"figure: {out}", err=as_json)
 
     run_guarded(go, interrupted_hint=None)
