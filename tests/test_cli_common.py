@@ -63,7 +63,8 @@ def test_every_known_error_is_one_line_and_its_documented_code(kind, capsys, mon
 
     with pytest.raises(typer.Exit) as stopped:
         run_guarded(fails)
-    expected = {errors.TrainingDiverged: 3, errors.EnvironmentProblem: 4, errors.Preempted: 143}.get(kind, 2)
+    expected = {errors.TrainingDiverged: 3, errors.NonFiniteWeights: 3, errors.EnvironmentProblem: 4,
+                errors.Preempted: 143}.get(kind, 2)
     assert stopped.value.exit_code == expected
     err = capsys.readouterr().err.strip().splitlines()
     if kind is errors.RecipeError:
