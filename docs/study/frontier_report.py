@@ -1,4 +1,5 @@
-"""The frontier study's tables, from the committed records alone (docs/study/runs/frontier/): reading only.
+"""The frontier study's tables, from the committed records alone (docs/study/runs/frontier/, the GPU's, and frontier_cpu/, a CPU's):
+reading only.
 
     python docs/study/frontier.py report      # writes docs/study/tables/frontier.md
 
@@ -86,7 +87,7 @@ def pct(x: float | None) -> str:
 
 def report() -> int:
     lines = ["# The frontier study: tables", "",
-             "Written by `python docs/study/frontier.py report` from docs/study/runs/frontier/ alone; the protocol is in",
+             "Written by `python docs/study/frontier.py report` from docs/study/runs/frontier*/ alone (one folder per device); the protocol is in",
              "docs/study/frontier.py and docs/results.md. Scores ×100 (MRPC, RTE: accuracy; CoLA: MCC); *kept*: the STS",
              "skill kept (`sts_retained` ×100) of the checkpoint the holdout chose, on every STS-B dev pair; medians over n seeds.",
              ""]
@@ -143,7 +144,10 @@ def frontier_lines(rows: dict[str, dict[int, dict]]) -> list[str]:
     vanilla = picks.get("vanilla")
     if vanilla is None:
         return ["No vanilla cells: nothing to compare against."]
-    out = ["| family | its pick (holdout) | n paired | dev − tuned vanilla | kept − tuned vanilla | dev | kept |",
+    tried = sum(1 for p in rows if family_of(p) == "vanilla")
+    out = [f"Against vanilla's pick ({vanilla}, chosen on the holdout among {tried} learning rate{'s' if tried > 1 else ''}); "
+           "differences ×100, mean over paired seeds:", "",
+           "| family | its pick (holdout) | n paired | dev − vanilla's pick | kept − vanilla's pick | dev | kept |",
            "|---|---|---:|---|---|---:|---:|"]
     within, above_bar = [], []
     for family, p in picks.items():
@@ -167,7 +171,7 @@ def frontier_lines(rows: dict[str, dict[int, dict]]) -> list[str]:
     out.append("")
     if within:
         kept, family, p = max(within)
-        out.append(f"Most skill kept within {WITHIN:g} point of tuned vanilla's dev score (mean paired difference): "
+        out.append(f"Most skill kept within {WITHIN:g} point of vanilla's pick's dev score (mean paired difference): "
                    f"{family} ({p}), {pct(kept)} % kept.")
     if above_bar:
         dev, family, p = max(above_bar)
