@@ -118,3 +118,20 @@ def test_probe_against_a_model_of_another_width_is_a_value_error(tmp_path, tiny_
     model = AutoModel.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match=r"probe: the model's hidden size is 32 and against's .* is 64"):
         recall_cli.probe(model, AutoTokenizer.from_pretrained(tiny_model_dir), wider, probes=["sts"], num_pairs=8)
+
+
+def test_a_wrong_path_is_refused_before_torch_is_imported(tmp_path):
+    """evaluate and predict on a folder that does not exist: one line, exit 2, torch never imported
+    (it took ~60 s on a loaded machine: torch and the model loaded first)."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from recall_cli.cli import app\n"
+        "for args in (['evaluate', 'no/such/run'], ['predict', 'no/such/run', '--split', 'dev', '--out', 'p.tsv']):\n"
+        "    r = CliRunner().invoke(app, args)\n"
+        "    print(args[0], r.exit_code, 'torch' in sys.modules, r.output.strip())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for command in ("evaluate", "predict"):
+        assert (f"{command} 2 False error: no/such/run: no such run directory or checkpoint folder (check the path)"
+                in done.stdout.splitlines()), done.stdout

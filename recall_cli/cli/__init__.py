@@ -269,6 +269,9 @@ def evaluate(
     """Score a checkpoint on a task's dev split and print its metrics."""
 
     def go() -> None:
+        from ..rundir import locate
+
+        locate(path)  # a wrong path is one line in a second, before torch and the model load
         from ..scoring.evaluate import evaluate_checkpoint
 
         check_device(device)
