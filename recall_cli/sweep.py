@@ -289,7 +289,7 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
         return f"{path} exists and is not a recall run directory: move it away or choose another --out"
     # A WHEN_SET key (keep.texts, model.lora.init, ...) that config.yaml lacks ran at its default.
     saved = {**when_set_defaults(), **flatten(read_yaml(path / CONFIG_FILE))}
-    wanted_flat = flatten(wanted)
+    wanted_flat = {**when_set_defaults(), **flatten(wanted)}  # either side may be as config.yaml writes it
     # Any other key the saved config lacks did not exist when the run was made (e.g. probe.* before probes):
     # not a difference, or every old sweep would refuse to resume after an upgrade.
     differ = [k for k in sorted(set(saved) | set(wanted_flat))

@@ -78,10 +78,10 @@ def test_predict_refuses_a_model_whose_outputs_are_nan(nan_checkpoint, tmp_path)
     assert not out.exists() and not list(tmp_path.glob(".preds*"))
 
 
-def test_predict_refuses_to_write_over_the_file_it_predicts(tmp_path):
+def test_predict_refuses_to_write_over_the_file_it_predicts(tmp_path, tiny_model_dir):
     rows = tmp_path / "rows.tsv"
     rows.write_text("sentence\nhello\n")
-    result = invoke("predict", tmp_path / "no-such-run", "--split", rows, "--out", rows, "--overwrite")
+    result = invoke("predict", tiny_model_dir, "--split", rows, "--out", rows, "--overwrite", "--task", "sst2")
     assert result.exit_code == 2
     assert "is the file being predicted: write the predictions to another file" in one_line_error(result)
     assert rows.read_text() == "sentence\nhello\n"

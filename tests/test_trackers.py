@@ -178,7 +178,7 @@ def test_tensorboard_holds_the_curves_recipe_summary_and_figures(tracked_run):
             assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-6), (split, key)
     for name, value in summary_numbers(tracked_run).items():
         assert tensorboard_curve(events, name)[-1] == (8, pytest.approx(value, rel=1e-6)), name
-    params = flatten(load_recipe(tracked_run / "config.yaml").to_dict())
+    params = flatten(load_recipe(tracked_run / "config.yaml").to_dict(as_written=True))  # as config.yaml has it
     hparams = tensorboard_hparams(events)
     assert hparams["optimizer.lr"] == params["optimizer.lr"] == 1e-3
     assert hparams["task.name"] == "mrpc" and hparams["train.max_steps"] == 8
@@ -200,7 +200,7 @@ def test_mlflow_holds_the_curves_params_summary_and_figures(tracked_run):
     for name, value in summary_numbers(tracked_run).items():
         assert mlflow_curve(client, run.info.run_id, name) == [(8, value)], name
     assert run.data.tags["summary/task"] == "mrpc"
-    params = flatten(load_recipe(tracked_run / "config.yaml").to_dict())
+    params = flatten(load_recipe(tracked_run / "config.yaml").to_dict(as_written=True))  # as config.yaml has it
     assert run.data.params == {key: value if isinstance(value, str) else json.dumps(value) for key, value in params.items()}
     figures = {f.path for f in client.list_artifacts(run.info.run_id, "figures")}
     assert figures == {"figures/forgetting.png", "figures/probes.png"}
@@ -213,7 +213,7 @@ def test_wandb_offline_holds_the_curves_config_summary_and_figures(tracked_run, 
     run = wandb_run(records)
     assert (run.project, run.display_name, run.job_type) == ("recall-tests", "run", "finetune")
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
-    recipe = load_recipe(tracked_run / "config.yaml").to_dict()
+    recipe = load_recipe(tracked_run / "config.yaml").to_dict(as_written=True)  # as config.yaml has it
     assert all(config[section] == values for section, values in recipe.items() if isinstance(values, dict))
     history = wandb_history(records)
     for split, keys in CURVES.items():

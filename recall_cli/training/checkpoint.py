@@ -27,6 +27,7 @@ from ..errors import RunDirError
 from ..rundir import (
     ANCHOR_FILE,
     CHECKPOINTS_DIR,
+    LAST_DIR,
     OPTIMIZER_FILE,
     RNG_FILE,
     TRAINER_STATE_FILE,
@@ -122,6 +123,18 @@ def first_non_finite(model: torch.nn.Module) -> str | None:
     if not params or bool(torch.stack([torch.isfinite(p.detach()).all() for _, p in params]).all()):
         return None
     return next(n for n, p in params if not bool(torch.isfinite(p.detach()).all()))
+
+
+def refuse_non_finite(model: torch.nn.Module, run_dir: Path, name: str, step: int) -> None:
+    """NonFiniteWeights (exit 3) when ``model`` holds NaN/inf: the folder ``name`` is not written, and keeps
+    what it held."""
+    from ..errors import NonFiniteWeights
+
+    bad = first_non_finite(model)
+    if bad is not None:
+        kept = "last/ keeps its earlier checkpoint" if (run_dir / LAST_DIR).is_dir() else "nothing was saved"
+        raise NonFiniteWeights(f"training diverged: {bad} holds NaN/inf at step {step}, so {name}/ was not written "
+                               f"({kept}): lower optimizer.lr (or train.linear_probe_lr), or use train.precision=fp32")
 
 
 def save_checkpoint(

@@ -21,7 +21,7 @@ import torch
 
 from .. import __version__, card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
-from ..errors import CompileError, NonFiniteWeights, Preempted, TrackerError, TrainingDiverged
+from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
 from ..methods import registry
 from ..names import OPTIMIZERS
 from ..optim import distance_to_theta_star, recall_state
@@ -140,11 +140,7 @@ def save_weights(t: Training, name: str, *state, card: str) -> Path:
     """best/, last/ or lp/: plain `from_pretrained` weights (an adapter's merged in, its own files beside them).
     Weights that hold NaN/inf are never written: the folder keeps what it held (NonFiniteWeights, exit 3)."""
     model = t.model if t.adapter is None else t.adapter.merged_copy()
-    bad = checkpoint.first_non_finite(model)
-    if bad is not None:
-        kept = "last/ keeps its earlier checkpoint" if (t.run_dir / rundir.LAST_DIR).is_dir() else "nothing was saved"
-        raise NonFiniteWeights(f"training diverged: {bad} holds NaN/inf at step {t.state.step}, so {name}/ was not written "
-                               f"({kept}): lower optimizer.lr (or train.linear_probe_lr), or use train.precision=fp32")
+    checkpoint.refuse_non_finite(model, t.run_dir, name, t.state.step)
     return checkpoint.save_checkpoint(t.run_dir, name, model, t.tokenizer, *state, card=card, adapter=t.adapter)
 
 
