@@ -16,6 +16,8 @@ Standard library only at import, like the registry: the rooms import their libra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from .registry import Method
@@ -77,8 +79,39 @@ class Adapter(Method):
         raise NotImplementedError
 
 
-def unknown_targets(model: Any, names: list[str]) -> list[str]:
-    """The names of ``names`` (a target_modules list) that no module of ``model`` has, as peft matches
-    them (the whole name, or its last dotted parts): peft drops such a name silently when another matches."""
+
+# ---- what the peft-backed adapters share (LoRA's room and OSF's) -------------------------------------
+
+
+def linear_names(model: Any) -> list[str]:
+    """The last name part of every linear layer of ``model``: what a target_modules list may name."""
+    import torch
+
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+
+
+def check_named_targets(model: Any, names: list[str], key: str) -> None:
+    """Every name of a target_modules list must name a module of ``model``, as peft matches them (the whole
+    name, or its last dotted parts): peft adapts what matches and drops the rest silently."""
+    from ..errors import PreflightError
+
     modules = [name for name, _ in model.named_modules()]
-    return [n for n in names if not any(m == n or m.endswith("." + n) for m in modules)]
+    unknown = [n for n in names if not any(m == n or m.endswith("." + n) for m in modules)]
+    if unknown:
+        raise PreflightError(f"{key}: this model has no module named {', '.join(map(repr, unknown))} (its linear layers "
+                             f"are named {', '.join(linear_names(model))}; or null for all of them)")
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread while peft takes its SVDs (PiSSA, CorDA, OSF): the frozen and trained parts come
+    out the same bits whatever the process's thread count (MKL's SVD of a 384 x 384 weight differs between 1
+    and 2 threads), so that --resume, a sweep's other --jobs or --nproc start from the same split."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

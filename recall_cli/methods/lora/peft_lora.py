@@ -33,6 +33,7 @@ from typing import Any, Callable
 import torch
 
 from ...errors import PreflightError, RunDirError
+from ..adapter import check_named_targets, linear_names, one_thread
 
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 PEFT_PREFIX = "base_model.model."  # how peft's adapter files name the classifier's modules
@@ -76,16 +77,6 @@ def wrap(model: torch.nn.Module, r: int, alpha: float, dropout: float, target_mo
                              f"layers are named {', '.join(linear_names(model))}; or null for all of them)") from None
 
 
-def check_named_targets(model: torch.nn.Module, targets: list[str], key: str) -> None:
-    """Every name a user listed must name something: peft adapts what matches and ignores the rest."""
-    from ..adapter import unknown_targets
-
-    unknown = unknown_targets(model, targets)
-    if unknown:
-        raise PreflightError(f"{key}: this model has no module named {', '.join(map(repr, unknown))} (its linear layers "
-                             f"are named {', '.join(linear_names(model))}; or null for all of them)")
-
-
 def check_rank_fits(model: torch.nn.Module, config: Any, r: int, key: str) -> None:
     """A rank above a targeted layer's smaller dimension adds nothing a full-rank update would not, and a
     huge one fails in the allocator: refused before any adapter is made."""
@@ -113,23 +104,6 @@ def check_decomposed_rank(model: torch.nn.Module, config: Any, r: int, init: str
         name = min(smaller, key=smaller.get)
         raise PreflightError(f"model.lora.r: {r} leaves nothing frozen in {name} with model.lora.init={init} (its smaller "
                              f"dimension is {smaller[name]}): set it below {smaller[name]}")
-
-
-@contextlib.contextmanager
-def one_thread():
-    """torch on one thread: PiSSA's SVD and the residual it leaves (CorDA's too) come out the same bits
-    whatever the process's thread count (MKL's SVD of a 384 x 384 weight differs between 1 and 2
-    threads), so that --resume, a sweep's other --jobs or --nproc make the same start again."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def linear_names(model: torch.nn.Module) -> list[str]:
-    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
 
 
 def is_lora(model: torch.nn.Module) -> bool:

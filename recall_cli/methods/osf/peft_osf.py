@@ -18,7 +18,6 @@ same SVD the run started from: the set-up makes it again on theta*).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ...errors import PreflightError, RunDirError
+from ..adapter import check_named_targets, linear_names, one_thread
 
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 TRAINED = "osf_svd_params"  # the trainable parts' name in peft's layers
@@ -48,16 +48,11 @@ def wrap(model: torch.nn.Module, rank: int, target_modules: list[str] | None, *,
     targets = [m.strip() for m in target_modules] if target_modules else "all-linear"
     config = OSFConfig(task_type=TaskType[task_type], target_modules=targets)
     if target_modules:
-        from ..adapter import unknown_targets
-
-        unknown = unknown_targets(model, targets)
-        if unknown:
-            raise PreflightError(f"model.osf.target_modules: this model has no module named {', '.join(map(repr, unknown))} "
-                                 f"(its linear layers are named {', '.join(_linear_names(model))}; or null for all of them)")
+        check_named_targets(model, targets, "model.osf.target_modules")
     matched = _matched(model, config)
     if not matched:
         raise PreflightError(f"model.osf.target_modules: no linear layer of this model matches {targets} (its linear "
-                             f"layers are named {', '.join(_linear_names(model))}; or null for all of them)")
+                             f"layers are named {', '.join(linear_names(model))}; or null for all of them)")
     smaller = {name: min(module.weight.shape) for name, module in matched.items()}
     if rank >= min(smaller.values()):
         name = min(smaller, key=smaller.get)
@@ -72,19 +67,6 @@ def wrap(model: torch.nn.Module, rank: int, target_modules: list[str] | None, *,
         return get_peft_model(model, config)
 
 
-@contextlib.contextmanager
-def one_thread():
-    """torch on one thread while peft takes the SVDs: the frozen and trained parts come out the same
-    bits whatever the process's thread count (MKL's SVD of a 384 x 384 weight differs between 1 and 2
-    threads), so that --resume, a sweep's other --jobs or --nproc start from the same split."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _matched(model: torch.nn.Module, config) -> dict[str, torch.nn.Linear]:
     """The linear layers peft will decompose: peft's own "all-linear" expansion and name matching."""
     from peft.tuners.tuners_utils import _maybe_include_all_linear_layers, check_target_module_exists
@@ -92,10 +74,6 @@ def _matched(model: torch.nn.Module, config) -> dict[str, torch.nn.Linear]:
     expanded = _maybe_include_all_linear_layers(copy.deepcopy(config), model)
     return {name: m for name, m in model.named_modules()
             if isinstance(m, torch.nn.Linear) and bool(check_target_module_exists(expanded, name))}
-
-
-def _linear_names(model: torch.nn.Module) -> list[str]:
-    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
 
 
 def osf_layers(model: torch.nn.Module):
