@@ -1,12 +1,13 @@
 """`recall sweep`, `recall forgetting`, `recall compare`: many runs at once, and what to read from them.
 
-Thin like cli/__init__.py: parse the arguments, call sweep.py / report/ (tables, figures), and let
+Thin like cli/__init__.py: parse the arguments, call the sweep/ and report/ packages (tables, figures), and let
 run_guarded turn known errors into one line. The library modules are imported inside the commands so that
 `recall --help` does not pay for torch or matplotlib.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -40,6 +41,13 @@ FIGURE_EXIT_CODES = exit_codes_help({
 }, joiner={ExitCode.PREEMPTED: ', '})
 
 
+class Backend(str, Enum):
+    """Where a sweep's cells run."""
+
+    local = "local"
+    ray = "ray"
+
+
 def _guarded(fn, interrupted_hint: str | None = None) -> None:
     """run_guarded without the resume hint: Ctrl-C in compare or forgetting has nothing to resume."""
     run_guarded(fn, interrupted_hint)
@@ -69,6 +77,10 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option(help="Parent folder of the cells' run directories (default: runs/sweep_<recipe name>).")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="Cells run at once, each in its own process; with several GPUs visible each gets one (CUDA_VISIBLE_DEVICES).")] = 1,
     print_commands: Annotated[bool, typer.Option("--print-commands", help="Print one `recall finetune` command per cell still to run, and run nothing (for SLURM arrays, CI matrices).")] = False,
+    backend: Annotated[Backend, typer.Option(help="Where cells run: local (child processes, --jobs at a time) or ray (each cell a Ray task; needs recall-finetune[ray]).")] = Backend.local,
+    address: Annotated[Optional[str], typer.Option(help="--backend ray: the cluster to join (e.g. ray://head:10001, or auto); default: start Ray on this machine.")] = None,
+    gpus_per_cell: Annotated[float, typer.Option(help="--backend ray: GPUs each cell asks for; 0.25 packs four cells on a GPU.")] = 0.0,
+    cpus_per_cell: Annotated[float, typer.Option(help="--backend ray: CPUs each cell asks for (its OMP_NUM_THREADS too).")] = 1.0,
 ) -> None:
     """Run a grid of recall finetune runs x seeds; re-running skips finished cells and resumes interrupted ones."""
 
@@ -77,6 +89,16 @@ def sweep(
         from ..sweep import cause_in_log, parse_seeds, plan_sweep, preflight_first_cell, print_commands as commands, run_sweep
 
         target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
+        if backend is Backend.ray:  # before planning: a missing Ray or a bad share is one line in a second
+            from ..sweep.on_ray import check_resources, import_ray
+
+            check_resources(gpus_per_cell, cpus_per_cell)
+            import_ray()
+            if jobs != 1:
+                fail("--jobs is the local backend's; with --backend ray, Ray runs as many cells at once as "
+                     "--cpus-per-cell and --gpus-per-cell let fit", ExitCode.USAGE)
+        elif address is not None or gpus_per_cell or cpus_per_cell != 1.0:
+            fail("--address, --gpus-per-cell and --cpus-per-cell are for --backend ray: add it, or drop them", ExitCode.USAGE)
         plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
         if print_commands:
             lines = commands(plan)
@@ -89,7 +111,12 @@ def sweep(
         preflight_first_cell(plan)  # a problem every cell shares: one line now, nothing made
         typer.echo(f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})")
         try:
-            failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
+            if backend is Backend.ray:
+                from ..sweep.on_ray import run_sweep_ray
+
+                failed = run_sweep_ray(plan, address, gpus_per_cell, cpus_per_cell, echo=typer.echo)
+            else:
+                failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
         except KeyboardInterrupt as stop:
             typer.echo("interrupted: run the same recall sweep command again to resume", err=True)
             raise typer.Exit(ExitCode.PREEMPTED if isinstance(stop, Terminated) else ExitCode.INTERRUPTED)

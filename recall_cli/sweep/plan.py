@@ -1,38 +1,25 @@
-"""Sweeps: a grid of recipe overrides x seeds, each cell one `recall finetune` run in its own process.
-
-    OUT/sweep.json        the index: every cell, its settings, state and exit code (written by the parent only)
-    OUT/<cell>/           the cell's run directory, e.g. OUT/k0.1_t0250_random_s3
-    OUT/logs/<cell>.log   the cell's finetune output (appended to on resume)
-
-Every cell's recipe is validated before anything is created, so a typo fails the sweep at once and
-not after hours of compute. A cell runs as a child process (``python -m recall_cli finetune``) so a
-crash, a divergence or an out-of-memory kill fails that cell only. Re-running the same command skips
-finished cells and resumes interrupted ones from their last/ checkpoint.
-"""
+"""Planning a sweep: the grid and seeds, cell names, every cell's recipe checked, the index (sweep.json),
+and what each backend shares about a cell's outcome."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import itertools
 import json
-import os
 import re
 import shlex
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import STOPPED, RecipeError, SweepError, signals_raise
-from .methods.registry import key_aliases
-from .names import CELL_PREFIXES
-from .rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
-from .recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
-from .recipe.file import read_yaml
-from .recipe.schema import when_set_defaults
+from ..errors import STOPPED, RecipeError, SweepError
+from ..methods.registry import key_aliases
+from ..names import CELL_PREFIXES
+from ..rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
+from ..recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
+from ..recipe.file import read_yaml
+from ..recipe.schema import when_set_defaults
+
 
 INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
@@ -252,10 +239,10 @@ def preflight_first_cell(sweep: Sweep) -> None:
     fresh = [c for c in sweep.cells if c.state == PENDING and not c.resume]
     if not fresh:
         return
-    from .distributed import Distributed
-    from .model import check_hub
-    from .training.progress import Reporter
-    from .training.setup import Start, prepare
+    from ..distributed import Distributed
+    from ..model import check_hub
+    from ..training.progress import Reporter
+    from ..training.setup import Start, prepare
 
     cell = fresh[0]
     recipe = load_recipe(sweep.recipe, [*sweep.overrides, *cell.overrides, f"output_dir={cell.path}"])
@@ -310,7 +297,7 @@ def _check_existing(cell: Cell, wanted: dict[str, Any]) -> str | None:
 # ---- the index -----------------------------------------------------------------------------------
 
 
-def _now() -> str:
+def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -322,7 +309,7 @@ def write_index(sweep: Sweep, extra: dict[str, dict[str, Any]] | None = None) ->
         "overrides": sweep.overrides,
         "grid": {axis.key: list(axis.values) for axis in sweep.axes},
         "seeds": sweep.seeds,
-        "updated": _now(),
+        "updated": now(),
         "counts": {state: sum(c.state == state for c in sweep.cells)
                    for state in (PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED)},
         "cells": [
@@ -352,117 +339,36 @@ def read_index(out: Path) -> dict[str, Any] | None:
         return None
 
 
-# ---- running -------------------------------------------------------------------------------------
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs a child may be pinned to: CUDA_VISIBLE_DEVICES's entries, else every device torch sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def child_env(slot: int, jobs: int, gpus: list[str]) -> dict[str, str]:
-    env = dict(os.environ)
-    if jobs > 1:
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-        if "OMP_NUM_THREADS" not in os.environ:
-            # N CPU-bound processes each using every core run slower than N using their share.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
-    return env
-
-
 def print_commands(sweep: Sweep, program: list[str] | None = None) -> list[str]:
     """One shell line per cell still to run (fresh, or --resume for an interrupted one)."""
     program = program or ["recall"]
     return [shlex.join(sweep.command(c, program)) for c in sweep.cells if c.state != FINISHED]
 
 
-@dataclass
-class _Running:
-    cell: Cell
-    slot: int
-    process: subprocess.Popen
-    started: float
-    log: Any
+def settle(cell: Cell, code: int, seconds: float) -> None:
+    """A cell's process ended with ``code``: its state, time and score (either backend)."""
+    cell.exit_code, cell.seconds = code, seconds
+    summary = read_summary(cell.path) if code == 0 else None
+    cell.main = summary.final_main if summary is not None else None
+    cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
+    cell.resume = cell.state != FINISHED and (cell.path / CONFIG_FILE).is_file()
 
 
-def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, poll_s: float = 0.2) -> list[Cell]:
-    """Run every cell that is not finished, ``jobs`` at a time; returns the cells that failed.
+def outcome_line(cell: Cell, done: int, total: int, out: Path) -> str:
+    log = out / LOG_DIR / f"{cell.name}.log"
+    result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {cell.exit_code}, see {log}"
+    return f"sweep: [{done}/{total}] {cell.name} {cell.state} in {cell.seconds or 0:.1f}s ({result})"
 
-    On Ctrl-C or SIGTERM to this process the children are stopped and the index marks them
-    interrupted; re-running the sweep resumes them from their last checkpoint. SIGTERM makes each
-    child save last/ before it exits; Ctrl-C stops them without a save, so they resume from their
-    latest periodic checkpoint.
-    """
-    if jobs < 1:
-        raise SweepError(f"--jobs must be >= 1, got {jobs}")
+
+def begin(sweep: Sweep, echo: Callable[[str], None]) -> list[Cell]:
+    """The cells still to run; the index written, what earlier invocations finished kept and said."""
     todo = [c for c in sweep.cells if c.state != FINISHED]
     done_before = len(sweep.cells) - len(todo)
     _restore_finished(sweep)
     if done_before:
         echo(f"sweep: {done_before} of {len(sweep.cells)} cells already finished, skipped")
     write_index(sweep)
-    if not todo:
-        return []
-    gpus = visible_gpus() if jobs > 1 else []
-    program = [sys.executable, "-m", "recall_cli"]
-    (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
-    free_slots = list(range(jobs))
-    running: list[_Running] = []
-    finished_count = done_before
-    total = len(sweep.cells)
-
-    # A scheduler's pre-emption (SIGTERM) stops the sweep like Ctrl-C; SIGINT keeps its own handling.
-    with signals_raise(sigint=False):
-        try:
-            while todo or running:
-                while todo and free_slots:
-                    cell = todo.pop(0)
-                    slot = free_slots.pop(0)
-                    log = open(sweep.out / LOG_DIR / f"{cell.name}.log", "a", encoding="utf-8")
-                    command = sweep.command(cell, program)
-                    env = child_env(slot, jobs, gpus)
-                    pinned = f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} " if gpus else ""
-                    log.write(f"# {_now()} {pinned}{shlex.join(command)}\n")
-                    log.flush()
-                    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-                    cell.state, cell.exit_code = RUNNING, None
-                    running.append(_Running(cell, slot, process, time.monotonic(), log))
-                    how = "resuming" if cell.resume else "starting"
-                    echo(f"sweep: {how} {cell.name}" + (f" (CUDA_VISIBLE_DEVICES={gpus[slot % len(gpus)]})" if gpus else ""))
-                    write_index(sweep)
-                for job in list(running):
-                    code = job.process.poll()
-                    if code is None:
-                        continue
-                    running.remove(job)
-                    free_slots.append(job.slot)
-                    job.log.close()
-                    cell = job.cell
-                    cell.exit_code, cell.seconds = code, time.monotonic() - job.started
-                    summary = read_summary(cell.path) if code == 0 else None
-                    cell.main = summary.final_main if summary is not None else None
-                    cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
-                    cell.resume = cell.state != FINISHED and (cell.path / "config.yaml").is_file()
-                    finished_count += cell.state == FINISHED
-                    result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {code}, see {job.log.name}"
-                    echo(f"sweep: [{finished_count}/{total}] {cell.name} {cell.state} in {cell.seconds:.1f}s ({result})")
-                    write_index(sweep)
-                if running:
-                    time.sleep(poll_s)
-        except KeyboardInterrupt:
-            _stop(running)
-            for job in running:
-                job.cell.state, job.cell.exit_code = INTERRUPTED, job.process.returncode
-                job.log.close()
-            write_index(sweep)
-            raise
-    return [c for c in sweep.cells if c.state in (FAILED, INTERRUPTED)]
+    return todo
 
 
 def _restore_finished(sweep: Sweep) -> None:
@@ -474,18 +380,3 @@ def _restore_finished(sweep: Sweep) -> None:
             cell.seconds = previous[cell.name].get("seconds")
 
 
-def _stop(running: list[_Running]) -> None:
-    """Children of a terminal's Ctrl-C already have SIGINT; the others get SIGTERM, on which finetune
-    saves last/ at the end of the current step and exits 143; stragglers are killed."""
-    deadline = time.monotonic() + 2
-    for job in running:
-        try:
-            job.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            job.process.send_signal(signal.SIGTERM)
-    for job in running:
-        try:
-            job.process.wait(timeout=120)  # time to finish the step and write the checkpoint
-        except subprocess.TimeoutExpired:
-            job.process.kill()
-            job.process.wait()
