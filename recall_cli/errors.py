@@ -68,14 +68,15 @@ class RecallError(Exception):
 class RecipeError(RecallError, ValueError):
     """A recipe that cannot run; ``problems`` holds one line per problem, all reported at once."""
 
-    def __init__(self, source: str, problems: list[str]):
+    def __init__(self, source: str, problems: list[str], where: str = "in the recipe"):
         self.source = source
         self.problems = problems
+        self.where = where  # "in the command line's overrides" when every problem is one of theirs
         super().__init__(f"{source}: " + "; ".join(problems))
 
     def lines(self) -> list[str]:
         count = len(self.problems)
-        return [f"error: {self.source}: {count} problem{'s' if count > 1 else ''} in the recipe:",
+        return [f"error: {self.source}: {count} problem{'s' if count > 1 else ''} {self.where}:",
                 *(f"  - {p}" for p in self.problems)]
 
 

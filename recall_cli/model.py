@@ -15,6 +15,7 @@ from torch import Tensor
 
 from .names import OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
+from .recipe.checks import looks_like_path
 from .tasks import TaskType
 
 
@@ -26,9 +27,7 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _looks_like_path(name: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else that is not a folder was meant as one.
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+_looks_like_path = looks_like_path  # hub ids are "name" or "org/name"; anything else was meant as a folder
 
 
 PACKAGE_PREFIX = "pkg:"

@@ -182,7 +182,16 @@ def refused(recipe: Path, out: Path, args: list[str]) -> list[list[str]]:
 def test_bad_adapter_values_are_refused_in_one_line(tiny_model_dir, tmp_path, args, line):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE, optimizer={"name": "adamw"}))
-    assert refused(recipe, out, args) == [f"error: {recipe}: 1 problem in the recipe:", f"  - {line}"]
+    lines = refused(recipe, out, args)
+    assert len(lines) == 2 and lines[1].startswith(f"  - {line}")
+    # A problem naming a key set on the command line says so, naming the override, and the header says whose
+    # problems they are; one that names no key ("lora, osf: one adapter per run") stays the recipe's.
+    if lines[1] == f"  - {line}":
+        assert lines[0] == f"error: {recipe}: 1 problem in the recipe:" and line.startswith("lora, osf")
+    else:
+        assert lines[0] == f"error: {recipe}: 1 problem in the command line's overrides:"
+        named = [a for a in args if line.startswith(a.split("=")[0] + ":")] or [a for a in args if a.split("=")[0] in line]
+        assert lines[1] == f"  - {line} (set on the command line: {named[0]})"
 
 
 @pytest.mark.parametrize("args, line", MODEL_REFUSALS, ids=[" ".join(a) for a, _ in MODEL_REFUSALS])

@@ -352,7 +352,7 @@ def test_bad_anchor_keys_are_refused_in_one_line_before_anything_is_written(tiny
         result = runner.invoke(app, ["finetune", str(recipe), "keep.embeddings=1", *overrides, "--plain", *extra])
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
-        assert lines == [f"error: {recipe}: 1 problem in the recipe:", lines[1]], lines
+        assert lines == [f"error: {recipe}: 1 problem in the command line's overrides:", lines[1]], lines  # the keys are overrides
         assert lines[1].startswith(f"  - {said}"), lines[1]
         assert not out.exists()
 

@@ -45,6 +45,8 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
      "offline, but 10 runs of ~1.5 min: the sweeps run with --print-commands (every cell's recipe resolved)"),
     ("docs/analysis.md", 1, 'COMMON="train.max_steps=40', RUN, "the probes example (its output: commands/probe.md)"),
     ("docs/clusters.md", 0, "recall finetune recipes/albert_xxlarge_rte", ELSEWHERE, "8 processes, 2 machines, the hub"),
+    ("docs/clusters.md", 1, "pip install 'recall-finetune[ray]'", ELSEWHERE,
+     "a Ray cluster's nodes and shared storage; tests/test_sweep_ray.py runs the backend on a local Ray"),
     ("docs/commands/evaluate.md", 0, "recall evaluate PATH", OUTPUT, "synopsis: its options exist"),
     ("docs/commands/evaluate.md", 1, "recall evaluate runs/quickstart", RUN, "after the quick start"),
     ("docs/commands/evaluate.md", 2, "recall merge pkg:", RUN, "after the quick start's vanilla run"),

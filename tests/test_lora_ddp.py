@@ -403,7 +403,7 @@ def test_lora_with_an_anchored_optimizer_is_refused(tiny_model_dir, tmp_path):
         assert result.exit_code == 2, (extra, result.output)
         assert "Traceback" not in result.output
         lines = result.stderr.strip().splitlines()
-        assert lines == [f"error: {recipe}: 1 problem in the recipe:", lines[1]], lines
+        assert lines == [f"error: {recipe}: 1 problem in the command line's overrides:", lines[1]], lines  # the keys are overrides
         assert lines[1].startswith("  - model.lora.r: recadam's pull toward theta*"), lines[1]
         assert "optimizer.name=adamw" in lines[1]
         assert not out.exists()

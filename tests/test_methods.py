@@ -526,7 +526,7 @@ def test_bad_method_keys_are_refused_in_one_line_before_anything_is_written(tiny
         assert "Traceback" not in result.output
         # the recipe's error format: a header, then one line per problem; here exactly one, naming the key
         lines = result.stderr.strip().splitlines()
-        assert lines == [f"error: {recipe}: 1 problem in the recipe:", lines[1]], lines
+        assert lines == [f"error: {recipe}: 1 problem in the command line's overrides:", lines[1]], lines  # the keys are overrides
         assert lines[1].startswith(f"  - {said}"), lines[1]
         assert not out.exists()
 

@@ -22,6 +22,7 @@ from .common import (
     JsonOpt,
     RecallGroup,
     check_device,
+    check_device_name,
     dumps_json,
     fail,
     run_guarded,
@@ -271,13 +272,19 @@ def evaluate(
     def go() -> None:
         from ..rundir import locate
 
-        locate(path)  # a wrong path is one line in a second, before torch and the model load
+        locate(path)  # a wrong path, option or task is one line in a second, before torch and the model load
+        check_device_name(device)
+        if record is not None and (task is not None or data_dir is not None or split is not None or batch_size is not None):
+            fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", ExitCode.USAGE)
+        if record is None and (against is not None or overwrite or not probe):
+            fail("--against, --overwrite and --no-probe go with --record DIR", ExitCode.USAGE)
+        from ..scoring.scored import checkpoint_task
+
+        checkpoint_task(path, task, data_dir)  # the task and the checkpoint's label count agree
         from ..scoring.evaluate import evaluate_checkpoint
 
         check_device(device)
         if record is not None:
-            if task is not None or data_dir is not None or split is not None or batch_size is not None:
-                fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", ExitCode.USAGE)
             from ..scoring.records import write_record
 
             summary = write_record(path, record, against=against, probe=probe, device=device, overwrite=overwrite)
@@ -291,9 +298,6 @@ def evaluate(
             typer.echo(f"{summary['task']} {summary['checkpoint']}: " + " ".join(shown))
             typer.echo(f"record: {record}")
             return
-        if against is not None or overwrite or not probe:
-            fail("--against, --overwrite and --no-probe go with --record DIR", ExitCode.USAGE)
-
         result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
         if as_json:
             typer.echo(dumps_json(result))

@@ -194,12 +194,17 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
         raise typer.Exit(code)
 
 
-def check_device(device: str) -> None:
-    """--device: auto, cpu or cuda, and cuda only where a CUDA device is visible (DeviceError, exit 2)."""
+def check_device_name(device: str) -> None:
+    """--device is auto, cpu or cuda (DeviceError, exit 2): the part of check_device that needs no torch."""
     from ..errors import DeviceError
 
     if device not in ("auto", "cpu", "cuda"):
         raise DeviceError(f"--device {device}: choose auto, cpu or cuda")
+
+
+def check_device(device: str) -> None:
+    """--device: auto, cpu or cuda, and cuda only where a CUDA device is visible (DeviceError, exit 2)."""
+    check_device_name(device)
     from ..runtime import resolve_device
 
     resolve_device(device, option="--device")

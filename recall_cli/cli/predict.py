@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError, ExitCode, RunDirError, exit_codes_help
-from .common import check_device, dumps_json, fail, run_guarded
+from .common import check_device_name, dumps_json, fail, run_guarded
 
 PREDICT_EXIT_CODES = exit_codes_help({
     ExitCode.OK: "ok",
@@ -64,7 +64,7 @@ def predict(
         from ..scoring.predict import predict_to_file
 
         locate(path)  # a wrong path is one line in a second, before torch and the model load
-        check_device(device)
+        check_device_name(device)  # CUDA's presence is checked once the rows are read, before the model loads
         result = predict_to_file(path, split, out, batch_size=batch_size, device=device, overwrite=overwrite,
                                  task=task, data_dir=data_dir)
         if as_json:

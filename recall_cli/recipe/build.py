@@ -103,9 +103,25 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, notes: lis
     recipe, more = build_recipe(raw)
     problems += more
     if problems:
-        raise RecipeError(str(path), problems)
+        problems = [on_command_line(problem, overrides or []) for problem in problems]
+        everything_given = all(problem.endswith(")") and "(set on the command line: " in problem for problem in problems)
+        raise RecipeError(str(path), problems, where="in the command line's overrides" if everything_given else "in the recipe")
     assert recipe is not None
     return recipe
+
+
+def on_command_line(problem: str, overrides: list[str]) -> str:
+    """``problem``, saying so when the key it names was set on the command line (an override's typo is the
+    command line's, not the recipe file's)."""
+    keyed = [(text.split("=", 1)[0].strip(), text) for text in overrides]
+    # The key the problem is about (its first word) first; then one it quotes ("unknown key 'x'").
+    for key, text in keyed:
+        if key and (problem.startswith(f"{key}:") or problem.startswith(f"override {key}:")):
+            return f"{problem} (set on the command line: {text})"
+    for key, text in keyed:
+        if key and f"'{key}'" in problem:
+            return f"{problem} (set on the command line: {text})"
+    return problem
 
 
 def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe | None, list[str]]:

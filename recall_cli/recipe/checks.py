@@ -31,6 +31,8 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
         return problems
 
     problems += _check_task(t, check_files)
+    if check_files:
+        problems += _check_model_path(m.name_or_path)
     problems += _check_optimizer(o)
 
     need(tr.batch_size >= 1, f"train.batch_size: must be >= 1, got {tr.batch_size}")
@@ -93,6 +95,8 @@ def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
                 path = getattr(t, key)
                 if path is not None:
                     need(Path(path).is_file(), f"task.{key}: file not found: {path}")
+                    if Path(path).is_file() and t.text_fields is not None and t.label_field is not None:
+                        problems += _check_columns(key, Path(path), [*t.text_fields, t.label_field])
     if t.data_dir is not None and check_files:
         need(Path(t.data_dir).is_dir(),
              f"task.data_dir: folder not found: {t.data_dir} (a GLUE task folder with train.tsv and dev.tsv, "
@@ -143,3 +147,38 @@ def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
             if path is not None and not Path(path).is_file():
                 problems.append(f"probe.{key}: file not found: {path}")
     return problems
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether model.name_or_path was meant as a folder: hub ids are "name" or "org/name"."""
+    import os
+
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
+def _check_model_path(name: str) -> list[str]:
+    """A model folder that is not there, found before torch loads (model.py's loader says the same later)."""
+    folder = Path(name).expanduser()
+    if name.startswith("pkg:") or not (looks_like_path(name) or folder.is_dir()):
+        return []  # a package or a hub id: model.check_hub and the loader answer for those
+    if not folder.is_dir():
+        return [f"model.name_or_path: folder not found: {name} (a folder with config.json, a hub id, or pkg:MODULE)"]
+    return []
+
+
+def _check_columns(key: str, path: Path, columns: list[str]) -> list[str]:
+    """The custom task's columns against the file's header (its first record, for JSONL), read alone: a
+    misspelt column is one line before torch loads, not after (tasks/files.py reads every row later)."""
+    from ..errors import DataError
+    from ..tasks.files import header_of
+
+    try:
+        header = header_of(path)
+    except DataError:
+        return []  # an unreadable file: the full read names its line
+    missing = [c for c in columns if c not in header]
+    if not missing or header is None:
+        return []
+    existing = ", ".join(repr(c) for c in header) or "none"
+    return [f"task.{key}: {path} has no column {', '.join(map(repr, missing))} (columns: {existing}): set "
+            "task.text_fields and task.label_field to columns of the file"]

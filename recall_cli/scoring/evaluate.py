@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from ..distributed import Distributed
 from ..errors import NonFiniteWeights
 from ..tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
 from ..tasks.batches import pad_inputs
+from .scored import checkpoint_task
 
 
 @torch.no_grad()
@@ -86,44 +86,6 @@ def score(
             suffix = split.rsplit("_", 1)[-1]
             metrics.update({f"{name}_{suffix}": value for name, value in values.items() if name != "main"})
     return metrics
-
-
-@dataclasses.dataclass
-class Scored:
-    """What a command that scores a checkpoint reads: its weights' folder, the run's recipe (None for a
-    folder outside a run), and the task as the run (or --task / --data-dir) says."""
-
-    folder: Path
-    run_dir: Path | None
-    recipe: Any
-    task: Any  # recipe.TaskConfig
-
-
-def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None = None) -> Scored:
-    """The checkpoint at ``path`` and the task to score it on (evaluate and predict alike). A --task
-    whose label count is not the checkpoint's is refused now, not after minutes of scoring."""
-    from ..errors import DataError
-    from ..model import load_config
-    from ..recipe import TaskConfig, recipe_from_dict
-    from ..recipe.file import read_yaml
-    from ..rundir import locate
-
-    located = locate(path)
-    folder, config = located.folder, located.recipe_file
-    recipe = recipe_from_dict(read_yaml(config), str(config), check_files=False) if config is not None and config.is_file() else None
-    if recipe is None and task is None:
-        raise DataError(f"{folder} is not inside a recall run directory: say which task with --task (and --data-dir)")
-    task_cfg = recipe.task if recipe else TaskConfig(name=task)
-    if task is not None and task != task_cfg.name:
-        task_cfg = TaskConfig(name=task)
-    if data_dir is not None:
-        task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
-    labels = getattr(load_config(str(folder)), "num_labels", None)
-    wanted = task_for(task_cfg).num_labels
-    if labels is not None and labels != wanted:
-        raise DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
-                             f"{wanted}: score it on the task it was trained for (--task)")
-    return Scored(folder, located.run_dir, recipe, task_cfg)
 
 
 def evaluate_checkpoint(

@@ -313,8 +313,6 @@ def predict_to_file(
 ) -> dict[str, Any]:
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
     ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
-    from ..rundir import locate
-
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
     which = parse_split(split)
@@ -322,16 +320,18 @@ def predict_to_file(
     if isinstance(which, Path) and out.resolve() == which.resolve():
         raise DataError(f"--out {out} is the file being predicted: write the predictions to another file")
     check_out(out, overwrite)
-    locate(Path(path))  # a wrong path in a second, before torch and the model load
-    from .evaluate import checkpoint_task, predict
-    from ..model import load_checkpoint_model, load_tokenizer
-    from ..runtime import autocast_for, resolve_device
     from ..tasks import Examples, task_for
+    from .scored import checkpoint_task
 
-    scored = checkpoint_task(Path(path), task, data_dir)  # the label count checked before anything loads
+    # The path, the task (its label count) and the rows, each a line in a second, before torch loads.
+    scored = checkpoint_task(Path(path), task, data_dir)
     folder, recipe, task_cfg = scored.folder, scored.recipe, scored.task
     kind = task_for(task_cfg)
     rows = load_rows(task_cfg, which)
+    from ..model import load_checkpoint_model, load_tokenizer
+    from ..runtime import autocast_for, resolve_device
+    from .evaluate import predict
+
     dev_device = resolve_device(device, option="--device")
 
     model = load_checkpoint_model(folder, kind)

@@ -64,6 +64,25 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str], fix: st
     return indices
 
 
+def header_of(path: Path) -> list[str] | None:
+    """The column names of a .csv/.tsv's header or a .jsonl's first record, reading no more of the file
+    than that (None for another suffix, or an empty file)."""
+    suffix = path.suffix.lower()
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            if suffix == ".jsonl":
+                first = next((line for line in handle if line.strip()), None)
+                record = json.loads(first) if first is not None else None
+                return list(record) if isinstance(record, dict) else None
+            if suffix not in (".csv", ".tsv"):
+                return None
+            delimiter, quoting = ("\t", csv.QUOTE_NONE) if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL)
+            row = next(csv.reader(handle, delimiter=delimiter, quoting=quoting), None)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
+        raise DataError(f"{path}: cannot read its header ({err})") from None
+    return [h.strip() for h in row] if row else None
+
+
 def check_width(path: Path, line: int, row: list[str], width: int, what: str) -> None:
     if len(row) != width:
         raise DataError(

@@ -1,0 +1,77 @@
+"""Issue 42, item 4: every command checks its paths, columns, task and run folders before torch loads, so a
+wrong one is one line in about a second. Each case runs the CLI in a fresh interpreter and asserts the
+exit code, the line, and that torch was never imported (the proof the check came first); a missing run
+folder is tests/test_hostile_round3.py's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_recipe, write_recipe
+
+PROBE = """
+import sys
+from typer.testing import CliRunner
+from recall_cli.cli import app
+result = CliRunner().invoke(app, sys.argv[1:])
+print(result.exit_code)
+print(result.stderr.strip())
+print('torch' in sys.modules)
+"""
+
+
+def refuse(*args: str, cwd: Path) -> tuple[int, str, bool]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    lines = done.stdout.strip().splitlines()
+    return int(lines[0]), "\n".join(lines[1:-1]), lines[-1] == "True"
+
+
+@pytest.fixture
+def checkpoint(tmp_path) -> Path:
+    """A folder recall reads as a checkpoint of a 2-class MRPC run: config.json alone (no weights are read
+    before the refusals this file checks)."""
+    folder = tmp_path / "run" / "best"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "id2label": {"0": "0", "1": "1"}}))
+    return folder
+
+
+@pytest.mark.parametrize("case, args, said", [
+    ("a wrong task", ["evaluate", "{ckpt}", "--task", "stsb"], "predicts 2 labels and stsb has 1"),
+    ("a wrong device", ["evaluate", "{ckpt}", "--device", "gpu"], "error: --device gpu: choose auto, cpu or cuda"),
+    ("a missing file", ["predict", "{ckpt}", "--task", "mrpc", "--split", "none.csv", "--out", "p.jsonl"],
+     "error: none.csv: file not found: check the --split path"),
+    ("a wrong column", ["predict", "{ckpt}", "--task", "mrpc", "--split", "rows.csv", "--out", "p.jsonl"],
+     "no text columns '#1 String'+'#2 String' or 'sentence1'+'sentence2' for task mrpc (columns: 'text1', 'label')"),
+])
+def test_scoring_commands_refuse_before_torch(tmp_path, checkpoint, case, args, said):
+    (tmp_path / "rows.csv").write_text("text1,label\nhello,1\n")
+    code, err, torch_loaded = refuse(*[a.replace("{ckpt}", str(checkpoint)) for a in args], cwd=tmp_path)
+    assert code == 2 and said in err and len(err.splitlines()) == 1, (case, err)
+    assert not torch_loaded, case
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_finetune_refuses_a_missing_model_folder_and_a_wrong_column_before_torch(tmp_path, tiny_model_dir):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("sentence,label\nhello,a\nbye,b\n")
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
+    code, err, torch_loaded = refuse("finetune", str(recipe), f"model.name_or_path={tmp_path / 'nope'}", cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert err.splitlines() == [
+        f"error: {recipe}: 1 problem in the command line's overrides:",
+        f"  - model.name_or_path: folder not found: {tmp_path / 'nope'} (a folder with config.json, a hub id, or "
+        f"pkg:MODULE) (set on the command line: model.name_or_path={tmp_path / 'nope'})"]
+
+    custom = ["task.name=custom", "task.data_dir=null", f"task.train_file={rows}", f"task.dev_file={rows}",
+              "task.label_field=label", "task.num_labels=2", "task.label_names=[a,b]"]
+    code, err, torch_loaded = refuse("finetune", str(recipe), *custom, "task.text_fields=[sentense]", cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert f"  - task.train_file: {rows} has no column 'sentense' (columns: 'sentence', 'label'): set task.text_fields " \
+           f"and task.label_field to columns of the file (set on the command line: task.train_file={rows})" in err.splitlines()
+    assert not (tmp_path / "out").exists()
