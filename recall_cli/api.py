@@ -9,17 +9,21 @@ your own training loop".
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from .names import PROBE_NAMES
+from .recipe.schema import ProbeConfig
 from .optim import RecAdam, distance_to_theta_star
 
 __all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
 DEFAULT_PROBES = PROBE_NAMES
+_IN_RUN = ProbeConfig()  # probe()'s defaults are a run's probe section's (tests/test_library.py ties them)
 
 
 def recadam_for(
@@ -129,23 +133,28 @@ def probe(
     probes: Sequence[str] = DEFAULT_PROBES,
     texts: str | os.PathLike | None = None,
     pairs: str | os.PathLike | None = None,
-    num_texts: int | None = None,
-    num_pairs: int | None = None,
-    max_length: int = 128,
-    batch_size: int = 64,
+    num_texts: int | None = _IN_RUN.num_texts,
+    num_pairs: int | None = _IN_RUN.num_pairs,
+    max_length: int = _IN_RUN.max_length,
+    batch_size: int = _IN_RUN.batch_size,
     name: str = "model",
     trust_remote_code: bool = False,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """What ``model`` (in memory: a classifier, an MLM model or a bare encoder) still knows of θ* =
-    ``against``: the measures `recall probe` prints, with its defaults (all probe sentences and STS
-    pairs, 128 tokens), as one record with the same fields as a row of `recall probe --json`:
-    ``target`` (``name``), ``theta`` (None: in memory), ``reference`` (θ*), ``texts``, ``pairs``, ``cka``,
-    ``cka_debiased``, ``cka_layers``, ``cka_debiased_layers``, ``drift``, ``sts``, ``sts_ref``,
-    ``sts_retained``, ``mlm_loss``, ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran),
-    ``probe_seconds`` and ``notes``. Runs on the model's device; leaves its mode (train/eval) as it was.
+    ``against``, measured as a run's own probe measures it (the recipe's probe section's defaults: the first
+    128 probe sentences, every STS pair, 64 tokens), so its numbers sit beside a run's: one record with the
+    fields of a row of `recall probe --json`: ``target`` (``name``), ``theta`` (None: in memory),
+    ``reference`` (θ*), ``texts``, ``pairs``, ``cka``, ``cka_debiased``, ``cka_layers``,
+    ``cka_debiased_layers``, ``drift``, ``sts``, ``sts_ref``, ``sts_retained``, ``mlm_loss``,
+    ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran), ``probe_seconds`` and ``notes``. Runs on the
+    model's device; leaves its mode (train/eval) as it was. ``progress``: a line on stderr before (what it
+    reads) and after (how long it took): a probe of every sentence at 128 tokens is minutes on a CPU.
     """
     from .probes.runner import check_size, load_inputs
     from .probes.targets import theta_star_prober
+
+    started = time.perf_counter()
 
     check_size("max_length", max_length, 8)
     check_size("batch_size", batch_size, 1)
@@ -161,7 +170,12 @@ def probe(
     if mine is not None and theirs is not None and mine != theirs:
         raise ValueError(f"probe: the model's hidden size is {mine} and against's ({theta_star}) is {theirs}: a probe "
                          "compares a model with the pretrained model it was fine-tuned from")
+    if progress:
+        print(f"probe: {name} against {theta_star}: {prober.n_texts} sentences, {prober.n_pairs} STS pairs, "
+              f"{max_length} tokens ({', '.join(probes)})", file=sys.stderr, flush=True)
     record = prober.measure(model)
+    if progress:
+        print(f"probe: done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return {"target": name, "theta": None, "reference": theta_star, "texts": prober.n_texts, "pairs": prober.n_pairs,
             **record, "notes": list(prober.notes)}
 

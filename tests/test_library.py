@@ -149,7 +149,8 @@ def test_readme_plain_loop_runs_and_probe_equals_recall_probe(mlm_dir, tmp_path,
     namespace: dict = {}
     torch.manual_seed(0)
     exec(compile(code, "README.md (plain loop)", "exec"), namespace)  # noqa: S102 - the README's own code
-    printed = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    captured = capsys.readouterr()
+    printed = [ast.literal_eval(line) for line in captured.out.splitlines() if line.startswith("{")]
     logs, measured = printed[:-1], printed[-1]
 
     # λ(t) at the logged steps is the sigmoid the example asks for; the distance grows from 0.
@@ -166,12 +167,17 @@ def test_readme_plain_loop_runs_and_probe_equals_recall_probe(mlm_dir, tmp_path,
     saved = tmp_path / "trained"
     namespace["model"].save_pretrained(saved)
     namespace["tokenizer"].save_pretrained(saved)
-    result = CliRunner().invoke(app, ["probe", str(saved), "--against", str(mlm_dir), "--json", "--device", "cpu"])
+    # probe()'s defaults are a run's probe section's (128 sentences, every pair, 64 tokens), given to the CLI.
+    result = CliRunner().invoke(app, ["probe", str(saved), "--against", str(mlm_dir), "--json", "--device", "cpu",
+                                      "--num-texts", "128", "--max-length", "64"])
     assert result.exit_code == 0, result.output
     cli = json.loads(result.output)[0]
     assert set(measured) == set(cli)
     assert {"sts_retained", "cka", "cka_layers", "drift", "mlm_ratio"} <= set(measured)
-    assert measured["texts"] == cli["texts"] == 512 and measured["pairs"] == cli["pairs"] == 1500
+    assert measured["texts"] == cli["texts"] == 128 and measured["pairs"] == cli["pairs"] == 1500
+    said = captured.err.splitlines()
+    assert f"probe: model against {mlm_dir}: 128 sentences, 1500 STS pairs, 64 tokens (cka, drift, sts, mlm)" in said
+    assert any(line.startswith("probe: done in ") for line in said)
     assert measured["reference"] == cli["reference"] == str(mlm_dir) and measured["theta"] is None
     for key, value in cli.items():
         if key in ("target", "theta", "probe_seconds", "notes", "reference"):
@@ -283,3 +289,17 @@ def test_readme_methods_trainer_logs_the_parts_and_runs_lp_ft(mlm_dir, tmp_path,
     for log in logs:
         assert log["keep_weight"] == 1.0 and log["loss_task"] > 0 and log["loss_keep"] >= 0
     assert encoder_equal(trainer.model, mlm_dir) is not moved
+
+
+def test_probe_defaults_are_a_runs_probe_section():
+    """The library's probe() measures as a run's in-run probe does, so its numbers sit beside a run's."""
+    import inspect
+
+    from recall_cli.api import probe
+    from recall_cli.recipe.schema import ProbeConfig
+
+    defaults = {k: v.default for k, v in inspect.signature(probe).parameters.items()}
+    section = ProbeConfig()
+    for key in ("num_texts", "num_pairs", "max_length", "batch_size"):
+        assert defaults[key] == getattr(section, key), key
+    assert list(defaults["probes"]) == section.probes and defaults["progress"] is True
