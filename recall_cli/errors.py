@@ -26,6 +26,8 @@ class ExitCode(IntEnum):
     # The machine, not the input: disk full, permission denied, a read-only file system, a path that cannot be a folder.
     ENVIRONMENT = 4
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    # 128 + SIGPIPE: the reader of stdout went away (`recall recipes | head -1`), as a shell reports for cat.
+    PIPE_CLOSED = 141
     # 128 + SIGTERM, what a shell reports for a process killed by SIGTERM: schedulers read it as pre-empted.
     PREEMPTED = 143
 

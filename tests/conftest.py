@@ -12,6 +12,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import shlex  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -26,6 +27,56 @@ from recall_cli.training.progress import Reporter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO / "data" / "glue"
+
+
+# ---- Ctrl-C and SIGTERM stop the suite -----------------------------------------------------------
+# Tests run recall's commands in-process (CliRunner), and a command turns Ctrl-C or SIGTERM into its exit
+# code (130, 143): pytest never saw the signal and went on to the next test (a stopped `make test` ran for
+# minutes). Every SIGINT/SIGTERM handler installed while tests run is wrapped to note the signal first; after
+# the test it arrived in, the session ends with 128 + the signal.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_arrived: list[int] = []
+_sent_to_self: list[int] = []  # a test's own signal (send_to_self) is what it tests, not a stop
+_install = signal.signal
+
+
+def _noting(signum, handler):
+    if signum in _STOP_SIGNALS and callable(handler) and not getattr(handler, "_notes_signal", False):
+        inner = handler
+
+        def handler(sig, frame, inner=inner):
+            if sig in _sent_to_self:
+                _sent_to_self.remove(sig)
+            else:
+                _arrived.append(sig)
+            return inner(sig, frame)
+
+        handler._notes_signal = True
+    return _install(signum, handler)
+
+
+def send_to_self(sig: int) -> None:
+    """Signal this process as a test of signal handling does: the suite does not stop for it."""
+    _sent_to_self.append(sig)
+    os.kill(os.getpid(), sig)
+
+
+signal.signal = _noting
+# Ctrl-C's own handler (pytest's KeyboardInterrupt) noted too; SIGTERM stays as it is (its default ends the
+# process at once when no command has installed a handler).
+if callable(signal.getsignal(signal.SIGINT)):
+    signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
+
+
+def _exit_if_stopped() -> None:
+    if _arrived:
+        pytest.exit(f"stopped by signal {_arrived[0]}", returncode=128 + _arrived[0])
+
+
+@pytest.fixture(autouse=True)
+def _stop_on_signal():
+    yield
+    _exit_if_stopped()
 
 
 def minilm_path() -> str:
@@ -85,6 +136,7 @@ def training_refused(who: str):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
+    _exit_if_stopped()  # before a module fixture that a signal interrupted re-raises its error test after test
     if item.get_closest_marker("slow"):
         return (yield)
     with training_refused(item.nodeid) as refused:

@@ -188,3 +188,22 @@ def test_a_stdout_that_is_not_unicode_prints_ascii_instead_of_crashing():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["lambda=0.5 theta* - +-", "||theta - theta*||"]
+
+
+@pytest.mark.parametrize("args", [["recipes"], ["compare", "docs/study/runs/frontier"]], ids=["echo", "rich"])
+def test_a_closed_stdout_exits_141_in_silence(args):
+    """`recall recipes | head -1`: the reader leaving is no error (no line, no traceback) and exits 141, as a
+    shell reports for cat; both ways a command prints (typer.echo, rich) are covered."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "recall_cli", *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == ""

@@ -75,3 +75,24 @@ def test_finetune_refuses_a_missing_model_folder_and_a_wrong_column_before_torch
     assert f"  - task.train_file: {rows} has no column 'sentense' (columns: 'sentence', 'label'): set task.text_fields " \
            f"and task.label_field to columns of the file (set on the command line: task.train_file={rows})" in err.splitlines()
     assert not (tmp_path / "out").exists()
+
+
+def test_a_recipe_copied_out_of_a_clone_says_where_data_glue_lives(tmp_path, tiny_model_dir):
+    """The shipped recipes name data/glue/..., which a clone has and a pip install does not."""
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "out")
+    recipe["task"]["data_dir"] = "data/glue/MRPC"
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)  # not a clone's root
+    try:
+        result = CliRunner().invoke(app, ["finetune", str(path)])
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 2
+    assert "data/glue/ comes with a clone of the recall repository, not with the pip package" in result.stderr

@@ -23,7 +23,7 @@ from recall_cli import rundir
 from recall_cli.cli import app
 from recall_cli.testing import tiny_bert_dir
 
-from conftest import make_run, tiny_recipe, write_recipe
+from conftest import make_run, send_to_self, tiny_recipe, write_recipe
 
 runner = CliRunner()
 
@@ -161,7 +161,7 @@ def test_a_merge_killed_while_staging_leaves_a_folder_the_next_merge_removes(wid
 
 
 def _stop_self(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGTERM)  # the handler run_guarded installed raises here
+    send_to_self(signal.SIGTERM)  # the handler run_guarded installed raises here
     time.sleep(5)
     raise AssertionError("SIGTERM did not stop the command")
 

@@ -480,3 +480,20 @@ def test_a_tensorboard_write_failing_in_its_thread_is_one_warning_without_a_trac
     assert len(warnings) == 1 and warnings[0].startswith("report_to tensorboard: ") and "No space left" in warnings[0]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err
+
+
+@pytest.mark.parametrize("optimizer, logged", [("adamw", False), ("recadam", True)])
+def test_adamw_runs_do_not_log_recadams_keys(tmp_path, monkeypatch, tiny_model_dir, optimizer, logged):
+    """An AdamW run never reads anneal_* or pretrain_cof: its tracker runs leave them out (config.yaml keeps
+    the recipe as written); a RecAdam run logs them."""
+    seen = []
+    monkeypatch.setattr(trackers, "_open", lambda names, info, state, warn: seen.append(info) or trackers.Trackers())
+    monkeypatch.setattr(trackers, "_is_rank_zero", lambda: True)
+    recipe = load_recipe(write_recipe(tmp_path / "r.yaml", tiny_recipe(
+        tiny_model_dir, tmp_path / "out", optimizer={"name": optimizer}, train={"report_to": ["tensorboard"]})))
+    trackers.open_run(recipe, tmp_path / "out", resumed=False, start_step=0)
+    params = seen[0].params
+    assert params["optimizer.name"] == optimizer and "optimizer.lr" in params
+    for key in ("optimizer.anneal_k", "optimizer.anneal_t0", "optimizer.pretrain_cof", "optimizer.anneal_w"):
+        assert (key in params) is logged, key
+    assert ("anneal_k" in seen[0].config["optimizer"]) is logged

@@ -7,6 +7,7 @@ compare) and all report errors through ``run_guarded`` so that every command fai
 from __future__ import annotations
 
 import os
+import sys
 import re
 import signal
 import time
@@ -100,7 +101,14 @@ class RecallGroup(_TidyHelp, TyperGroup):
         from .console import printable_streams
 
         printable_streams()
-        return super().main(*args, **kwargs)
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as stop:
+            # click meets a closed stdout (`recall compare runs | head -1`) by exiting 1, recall's code for a
+            # bug; it is the pipe's reader leaving, which run_guarded exits as PIPE_CLOSED too.
+            if stop.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+                raise SystemExit(ExitCode.PIPE_CLOSED) from None
+            raise
 
 
 def use_recall_commands(app: typer.Typer) -> None:
@@ -175,6 +183,11 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
         raise
     except KeyboardInterrupt as stop:
         raise stopped(stop) from None
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): nothing is wrong and there is no one to tell. stdout goes to
+        # /dev/null so that the interpreter's own flush at exit does not raise the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(ExitCode.PIPE_CLOSED) from None
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
         if _stopped_by and not debug:  # a signal arrived and library code reported it as its own error
             raise stopped(Terminated() if _stopped_by[-1] == signal.SIGTERM else KeyboardInterrupt()) from None

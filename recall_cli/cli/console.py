@@ -20,8 +20,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..training.progress import Reporter
 
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+class PipeConsole(Console):
+    """rich's Console, except that a closed stdout (`| head`) raises BrokenPipeError, which run_guarded
+    exits as ExitCode.PIPE_CLOSED, where rich's own handler exits 1 (recall's code for a bug)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "the reader closed the pipe")
+
+
+err_console = PipeConsole(stderr=True, highlight=False)
+out_console = PipeConsole(highlight=False)
 
 # The live line keeps what a person watches; every field of a record goes into a log line above it.
 _LIVE_FIELDS = (("loss", "loss"), ("lambda", "λ"), ("distance", "dist"))

@@ -101,13 +101,22 @@ def shipped_recipes() -> dict[str, Path]:
 
 
 def header_line(path: Path) -> str:
-    """The first line of the recipe's header comment, without its '#'."""
+    """The first sentence of the recipe's header comment (its opening paragraph's lines joined), without
+    the '#': a description cut at the first line's end would stop mid-sentence."""
+    import re
+
+    paragraph: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
-        if not stripped:
+        if not paragraph and not stripped:
             continue
-        return stripped.lstrip("#").strip() if stripped.startswith("#") else ""
-    return ""
+        if not stripped.startswith("#") or not stripped.lstrip("#").strip():
+            break  # the paragraph ends at a blank comment line or the first key
+        paragraph.append(stripped.lstrip("#").strip())
+    text = " ".join(paragraph)
+    # A sentence ends at a full stop before a space, except in "et al.", "e.g." and "i.e."; or at the end.
+    end = re.search(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)[.!?](?=\s)", text)
+    return text[: end.end()] if end else text
 
 
 def find_recipe(name: str, available: dict[str, Path]) -> tuple[str, Path]:

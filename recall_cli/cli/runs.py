@@ -253,12 +253,10 @@ def show_table(plain, rich_table, console=None) -> None:
     (report/text.py: columns left out and names cut, said under it; bold on a terminal only, no markup).
     Wider, the markdown pipe table with every column and name in full (bold as **) when it fits the
     width, else the fitted table. ``rich_table`` builds the full table (called only when wide)."""
-    from rich.console import Console
-
     from ..report.text import FIT_WIDTH, lines
-    from .console import table_text
+    from .console import PipeConsole, table_text
 
-    console = console or Console(highlight=False)  # made now: COLUMNS as it is now
+    console = console or PipeConsole(highlight=False)  # made now: COLUMNS as it is now
     width = console.width
     if width > FIT_WIDTH:
         text = table_text(rich_table())

@@ -98,9 +98,12 @@ def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
                     if Path(path).is_file() and t.text_fields is not None and t.label_field is not None:
                         problems += _check_columns(key, Path(path), [*t.text_fields, t.label_field])
     if t.data_dir is not None and check_files:
+        # The shipped recipes name the repository's copy of GLUE, which a pip-installed recall does not have.
+        shipped = Path(t.data_dir).as_posix().startswith("data/glue/")
         need(Path(t.data_dir).is_dir(),
              f"task.data_dir: folder not found: {t.data_dir} (a GLUE task folder with train.tsv and dev.tsv, "
-             "or null to load from the hub)")
+             "or null to load from the hub" + ("; data/glue/ comes with a clone of the recall repository, not "
+                                                "with the pip package: run from the clone's root" if shipped else "") + ")")
     return problems
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import MissingPackage, TrackerError
-from ..names import TRACKERS, pip_extra
+from ..names import RECADAM_ONLY_KEYS, TRACKERS, is_vanilla, pip_extra
 
 STATE_FILE = "trackers.json"  # in the run directory: each tracker's run id, so that --resume continues it
 SWEEP_INDEX = "sweep.json"  # sweep.INDEX_FILE: a run directory beside one is a sweep's cell
@@ -192,6 +192,11 @@ def open_run(recipe, run_dir: Path, *, resumed: bool, start_step: int,
         return Trackers()
     run_dir = Path(run_dir)
     config = recipe.to_dict(as_written=True)
+    if is_vanilla(recipe.optimizer.name):
+        # AdamW never reads RecAdam's keys: a tracker that shows them invites comparing runs on settings
+        # that did nothing (config.yaml still holds them, as the recipe wrote them).
+        for key in RECADAM_ONLY_KEYS:
+            config.get("optimizer", {}).pop(key.split(".")[1], None)
     sweep = run_dir.parent.name if (run_dir.parent / SWEEP_INDEX).is_file() else None
     info = RunInfo(name=run_dir.name, folder=run_dir, params=flatten(config), config=config, kind="finetune",
                    group=sweep, resumed=resumed, start_step=start_step)
