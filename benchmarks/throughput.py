@@ -52,9 +52,15 @@ SHAPES = {
     "bert-base": (768, 12, 12, 3072),
 }
 CONFIGS = ("trainer", "recall-adamw", "recall-recadam", "bare-loop")
+# The floor of a compiled step (issue 40): the bare loop's step (forward, backward, clip, optimizer step) compiled
+# whole with AdamW, with CUDA graphs on a GPU (mode "reduce-overhead"), nothing around it; and with RecAdam's own
+# optimizer (recall_cli.optim.RecAdam, theta* held as recall holds it), its forward and backward compiled and
+# its fused kernel run eagerly after them (its λ(t) changes every step, which a graph would recompile for). Named in --configs only, beside
+# recall-recadam-compiled / recall-adamw-compiled: every GPU report gives recall's ratio to its floor.
+BARE_COMPILED = ("bare-compiled", "bare-compiled-recadam")
 # Compiled loops: named in --configs only (on a CPU their first compile takes minutes). Trainer's
 # torch_compile=True; recall's train.compile=on with length buckets of 32 (CUDA graphs on a GPU).
-COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled")
+COMPILED_CONFIGS = ("trainer-compiled", "recall-recadam-compiled", "recall-adamw-compiled", *BARE_COMPILED)
 # The methods (README "Methods"), each on AdamW, against recall-adamw at the same shape: named in --configs.
 # keep: the embedding anchor at weight 1 on the task's rows (theta*'s embeddings cached by a pre-pass, timed
 # apart); keep-pool: the same on recall's general pool (keep.texts=pool, a batch of the pool per micro-batch:
@@ -234,9 +240,10 @@ def run_trainer(args, model_dir: Path, pad_to_max_length: bool = False, compiled
     return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": optim}
 
 
-def run_bare_loop(args, model_dir: Path) -> dict:
-    """The floor: forward, backward, clip, fused AdamW, nothing else (no logging, no checks).
-    Neither loop can be much faster than this; it shows how much of a step is the loop's own."""
+def run_bare_loop(args, model_dir: Path, compiled: bool = False, optimizer_name: str = "adamw") -> dict:
+    """The floor: forward, backward, clip, the optimizer's step, nothing else (no logging, no checks).
+    Neither loop can be much faster than this; it shows how much of a step is the loop's own. ``compiled``:
+    the whole step under torch.compile (CUDA graphs on a GPU), fixed shapes (--data full) so it compiles once."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -250,16 +257,13 @@ def run_bare_loop(args, model_dir: Path) -> dict:
     torch.manual_seed(1)
     device = torch.device(args.device)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=task.num_labels).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+    optimizer = bare_optimizer(model, optimizer_name, compiled, device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    if compiled and args.precision == "fp16":
+        sys.exit("bare-compiled: fp16's GradScaler does not go inside a compiled step; use --precision bf16 or fp32")
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
-    clock = StepClock()
-    # A seeded shuffle, like the other loops' samplers: with real rows, batch widths depend on the draw.
-    order = torch.randperm(len(features), generator=torch.Generator().manual_seed(1)).tolist()
-    for step in range(args.steps):
-        start = step * args.batch_size % len(order)
-        indices = order[start : start + args.batch_size]
-        batch = {k: v.to(device) for k, v in task.collate(features, indices, tokenizer.pad_token_id).items()}
+
+    def step(batch):
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = model(**batch).loss
         scaler.scale(loss).backward()
@@ -268,10 +272,65 @@ def run_bare_loop(args, model_dir: Path) -> dict:
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def forward_backward(batch):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = model(**batch).loss
+        loss.backward()
+        return loss.detach()
+
+    def step_around(batch):  # RecAdam: its λ(t) is a number of the step, which a graph would recompile for
+        loss = compiled_forward_backward(batch)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()  # the fused kernel, one launch: eager costs it nothing
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    run = step
+    if compiled:
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        if optimizer_name == "adamw":
+            run = torch.compile(step, mode=mode)
+        else:
+            compiled_forward_backward = torch.compile(forward_backward, mode=mode)
+            run = step_around
+    clock = StepClock()
+    # A seeded shuffle, like the other loops' samplers: with real rows, batch widths depend on the draw.
+    order = torch.randperm(len(features), generator=torch.Generator().manual_seed(1)).tolist()
+    compile_start = time.perf_counter()
+    compile_s = None
+    for index in range(args.steps):
+        start = index * args.batch_size % len(order)
+        indices = order[start : start + args.batch_size]
+        if len(indices) < args.batch_size:  # a short last batch would be a new shape (a new graph)
+            indices = order[: args.batch_size]
+        batch = {k: v.to(device, non_blocking=True) for k, v in task.collate(features, indices, tokenizer.pad_token_id).items()}
+        run(batch)
         if device.type == "cuda":
             torch.cuda.synchronize()
+        if compile_s is None:
+            compile_s = time.perf_counter() - compile_start
         clock.tick()
-    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "optimizer": "adamw fused"}
+    return {"samples_per_s": clock.samples_per_s(args.warmup, args.batch_size), "compile_s": compile_s,
+            "optimizer": f"{optimizer_name} ({type(optimizer).__name__}{', compiled step' if compiled else ', fused' if optimizer_name == 'adamw' else ''})"}
+
+
+def bare_optimizer(model, name: str, compiled: bool, device):
+    """AdamW (fused when eager; capturable foreach when compiled, the form torch.compile captures), or recall's
+    RecAdam with theta* = the starting weights, as `recall finetune` builds it (its defaults otherwise)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "adamw":
+        if compiled:
+            return torch.optim.AdamW(params, lr=2e-5, foreach=True, capturable=device.type == "cuda")
+        return torch.optim.AdamW(params, lr=2e-5, fused=True)
+    from recall_cli.optim import RecAdam
+
+    anchors = [p.detach().clone() for p in params]
+    # Its default kernel (fused where torch has one), run eagerly after the compiled forward and backward.
+    return RecAdam([{"params": params, "anchors": anchors}], lr=2e-5, anneal_t0=250, anneal_k=0.5, pretrain_cof=5000.0)
 
 
 def worker(args) -> None:
@@ -285,6 +344,9 @@ def worker(args) -> None:
         result = run_trainer(args, model_dir, pad_to_max_length=True)
     elif args.worker == "bare-loop":
         result = run_bare_loop(args, model_dir)
+    elif args.worker in BARE_COMPILED:
+        result = run_bare_loop(args, model_dir, compiled=True,
+                               optimizer_name="recadam" if args.worker.endswith("recadam") else "adamw")
     elif args.worker in METHOD_CONFIGS:
         result = run_recall(args, model_dir, "adamw", method=METHOD_CONFIGS[args.worker])
     else:
@@ -367,10 +429,17 @@ def main() -> None:
     for name in configs:
         sps = med(name, "samples_per_s")
         compiled_note = ""
-        if name == "recall-recadam-compiled":
+        if name in ("recall-recadam-compiled", "recall-adamw-compiled"):
             r = results[name][0]
             compiled_note = f" (compile {med(name, 'compile_s'):.0f} s, {r['compile_mode'] or 'eager: ' + str(r['compile_fallback'])})"
+        elif name in BARE_COMPILED:
+            compiled_note = f" (first step with its compile {med(name, 'compile_s'):.0f} s)"
         print(f"| {name}{compiled_note} | {sps:.2f} | {sps / base:.2f} | {med(name, 'peak_mb'):.0f} |")
+    for mine, floor in (("recall-adamw-compiled", "bare-compiled"), ("recall-recadam-compiled", "bare-compiled-recadam")):
+        if {mine, floor} <= set(configs):  # issue 40's target: >= 0.9 on a GPU, the same card, this one run
+            per_round = ", ".join(f"{a['samples_per_s'] / b['samples_per_s']:.3f}" for a, b in zip(results[mine], results[floor]))
+            print(f"{mine} / {floor} (its floor): {med(mine, 'samples_per_s') / med(floor, 'samples_per_s'):.3f} "
+                  f"(per round: {per_round})")
     if {"recall-recadam", "recall-adamw"} <= set(configs):
         recadam, adamw = med("recall-recadam", "samples_per_s"), med("recall-adamw", "samples_per_s")
         print(f"\nrecall RecAdam / recall AdamW throughput: {recadam / adamw:.3f}; "
