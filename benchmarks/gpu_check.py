@@ -8,15 +8,16 @@
       PYTHONPATH=/tmp/site:$PWD/.gpu_kit/site:$PWD python3 benchmarks/gpu_check.py gpu_report
 
 On a machine with one CUDA GPU it runs these sections, each under its own time limit (the limits add
-up to 10.25 minutes, and a section that would start past --budget seconds is recorded as not run), and
+up to 11 minutes, and a section that would start past --budget seconds is recorded as not run), and
 writes gpu_report/report.md and gpu_report/report.json:
 
 1. throughput (BERT-base shape, bf16, batch 32 x 128), one round: recall's compiled step (AdamW and
    RecAdam) against its floor, the same step compiled bare (bare-compiled, bare-compiled-recadam), and
    Hugging Face Trainer with and without torch_compile, recall eager and the bare eager loop;
-2. the CUDA-marked tests (tests/test_cuda.py): fp16 and bf16 runs that resume, the fused and foreach
-   RecAdam kernels against the single-tensor one, the GradScaler skip path, the compiled step with
-   CUDA graphs on length buckets;
+2. the CUDA-marked tests (tests/test_cuda.py, tests/test_sigterm_compiled.py): fp16 and bf16 runs that
+   resume, the fused and foreach RecAdam kernels against the single-tensor one, the GradScaler skip path,
+   the compiled step with CUDA graphs on length buckets, SIGTERM to a compiled run during its compile, in
+   the steady state and in an evaluation (the seconds to exit printed: -s);
 3. compiled against eager: recall's compiled forward in a bare step (benchmarks/compile_step.py),
    BERT-base shape, bf16, batch 32 x 128, with its compile time;
 4. the paper's MRPC schedule (11,500 steps, batch 32, length 128, BERT-base shape): compiled,
@@ -128,7 +129,8 @@ def main() -> None:
                                      "--configs", ",".join(throughput),
                                      *(toy_throughput if small else ["--shape", "bert-base", "--steps", "60", "--warmup", "10"])],
                  240, None if cuda or small else "skipped: no CUDA device visible"),
-                ("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-m", "cuda", "tests/test_cuda.py"], 100, None)]
+                ("cuda_tests", [py, "-m", "pytest", "-q", "-rs", "-s", "-m", "cuda", "tests/test_cuda.py",
+                                "tests/test_sigterm_compiled.py"], 150, None)]
     gpu_sections = [
         ("compiled_vs_eager", [py, "benchmarks/compile_step.py", "--device", device, "--precisions", "bf16",
                                *(["--model", "minilm", "--seq-len", "16", "--batch-size", "4", "--steps", "1", "--warmup", "0"]
