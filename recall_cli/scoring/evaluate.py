@@ -78,7 +78,10 @@ def score(
     kind = task_type_for(task)
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
-        predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
+        # A causal LM scores its completions itself (loss, greedy generation): every rank computes all rows.
+        predictions = kind.outputs(model, features, batch_size, device, pad_token_id, autocast)
+        if predictions is None:
+            predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
         values = kind.metrics(predictions, np.asarray(features.labels))
         if i == 0:
             metrics.update(values)
@@ -118,8 +121,8 @@ def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None =
         task_cfg = TaskConfig(name=task)
     if data_dir is not None:
         task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
-    labels = getattr(load_config(str(folder)), "num_labels", None)
     wanted = task_for(task_cfg).num_labels
+    labels = getattr(load_config(str(folder)), "num_labels", None) if wanted else None  # 0: no head (a causal LM)
     if labels is not None and labels != wanted:
         raise DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
                              f"{wanted}: score it on the task it was trained for (--task)")
