@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from .names import PROBE_NAMES
+from . import names
 from .optim import RecAdam, distance_to_theta_star
 
 __all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
-DEFAULT_PROBES = PROBE_NAMES
+DEFAULT_PROBES = names.DEFAULT_PROBES
 
 
 def recadam_for(

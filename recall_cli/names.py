@@ -126,8 +126,10 @@ MEASURE_TITLES = {
     "cka_debiased": "last-layer debiased CKA with θ* ×100",
     "drift": "drift from θ* ×100 (lower: less forgetting)",
     "distance": "‖θ − θ*‖",
+    "lm_kept": "general-text LM loss kept, % of pretrained",
+    "kl_kept": "next-token agreement with θ* exp(−KL) ×100",
 }
-MEASURE_WORDS = {"sts_retained": "kept"}
+MEASURE_WORDS = {"sts_retained": "kept", "lm_kept": "LM kept", "kl_kept": "KL kept"}
 
 
 # ---- optimizers ----------------------------------------------------------------------------------
@@ -188,8 +190,17 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
     Probe("mlm", "texts", ("mlm_loss", "mlm_loss_ref", "mlm_ratio"), skill="mlm_ratio",
           skill_title="MLM loss ratio L(θ)/L(θ*)", lower_is_better=("mlm_loss", "mlm_ratio"),
           raw=("mlm_loss", "mlm_loss_ref")),
+    # A causal LM's (probes/lm.py): general text's loss, and θ*'s next-token distributions, each with a kept share.
+    Probe("lm", "lm_texts", ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept"), skill="lm_kept",
+          skill_title="LM loss kept L(θ*)/L(θ) on general text", lower_is_better=("lm_loss", "lm_ppl"),
+          raw=("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")),
+    Probe("kl", "lm_texts", ("kl", "kl_kept"), skill="kl_kept", skill_title="next-token agreement exp(−KL(θ*‖θ))",
+          lower_is_better=("kl",), raw=("kl",)),
 )}
 PROBE_NAMES = tuple(PROBES)
+# What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
+# recipe names lm and kl, recipes/smollm2_sst2.yaml).
+DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
 PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 
 

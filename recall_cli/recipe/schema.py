@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
+from ..names import ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES
 
 
 # Keys that config.yaml records only when they are set away from their default: added after runs were
@@ -156,7 +156,7 @@ class ProbeConfig:
     (benchmarks/probe_cost.py: 4.3 % with 256 pairs, 14.6 % with all 1,500, on a loaded 2-core CPU)."""
 
     enabled: bool = True
-    probes: list[str] = field(default_factory=lambda: list(PROBE_NAMES))
+    probes: list[str] = field(default_factory=lambda: list(DEFAULT_PROBES))  # the encoder's; a causal LM's: lm, kl
     texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
     num_texts: int | None = 128  # first N probe sentences; null = all
