@@ -123,6 +123,9 @@ def open_source(arg: str) -> Source:
         path = Path(resolve_name_or_path(arg)).expanduser()
     except ModelLoadError as exc:
         raise MergeError(str(exc)) from None
+    if path.suffix == ".gguf":  # quantized blocks, not tensors by name: the merges read safetensors folders
+        raise MergeError(f"{arg} is a GGUF file, which merges cannot read layer by layer: save it once as a folder "
+                         "(docs/lm.md, \"Methods\") and give that folder")
     located = locate(path)
     run_dir, folder = located.run_dir, located.folder
     config = _read_json(folder / "config.json")

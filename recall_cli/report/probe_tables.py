@@ -149,7 +149,7 @@ def probe_table(rows: list[dict[str, Any]]):
                     _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio"))] for r in rows])
 
 
-_LM_COLUMNS = ("LM loss", "theta*'s", "kept", "KL", "kept")
+_LM_COLUMNS = ("LM loss", "ref loss", "kept", "KL", "kept")
 
 
 def _lm(rows: list[dict[str, Any]]) -> bool:
