@@ -83,3 +83,27 @@ def test_every_merge_takes_causal_lm_runs(runs, method, tmp_path):
     evaluated = runner.invoke(app, ["evaluate", str(out / "adamw"), "--json"])
     assert evaluated.exit_code == 0, evaluated.output
     assert set(json.loads(evaluated.output)["metrics"]) == {"exact_match", "loss", "perplexity", "main"}
+
+
+@pytest.mark.slow
+def test_the_lm_anchor_keeps_next_token_distributions_nearer_theta_star(runs):
+    from recall_cli.rundir import read_metrics
+
+    probe = {"enabled": True, "probes": ["kl"], "num_texts": 16}
+    free = finetune(runs["tmp"], runs["model"], "free", probe=probe)
+    kept = finetune(runs["tmp"], runs["model"], "kept", probe=probe, keep={"next_token": 50.0, "batch_size": 8,
+                                                                        "texts": "pool"})
+    last = {run: [r for r in read_metrics(run) if r["split"] == "probe"][-1]["kl"] for run in (free, kept)}
+    assert last[kept] < 0.5 * last[free]
+    records = [r for r in read_metrics(kept) if r["split"] == "train"]
+    assert all(r["loss_lm_keep"] >= 0 and r["lm_keep_weight"] == 50.0 for r in records)
+    assert summary(kept)["method"]["names"] == ["lm_keep"]
+
+
+def test_the_lm_anchor_refuses_a_classifier(tmp_path, tiny_model_dir):
+    from conftest import tiny_recipe, write_recipe
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out", keep={"next_token": 1.0}))
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 2 and "keep.next_token: the LM anchor keeps next-token distributions" in result.output
+    assert not (tmp_path / "out").exists()

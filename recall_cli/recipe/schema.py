@@ -61,7 +61,7 @@ class OsfConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name_or_path: str  # a hub id or a local folder
-    gguf_file: str | None = None  # a GGUF file in the name_or_path folder (transformers dequantizes it; needs gguf)
+    gguf_file: str | None = field(default=None, metadata=WHEN_SET)  # a GGUF file in the name_or_path folder (needs gguf)
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
     trust_remote_code: bool = False
@@ -191,6 +191,9 @@ class KeepConfig:
     # Whose pooled features are kept: "last" (the encoder's output), or a list of hidden states (0: the
     # embeddings' output, i: layer i's), each kept by the distance and the distances averaged (LDIFS).
     layers: Literal["last"] | list[int] = field(default="last", metadata=WHEN_SET)
+    # The LM anchor (methods/lmkeep/): the weight of KL(theta* || theta) of a causal LM's next-token distributions
+    # on general text (the pool, or the keep.texts file), beside or instead of the embedding anchor; 0 = off.
+    next_token: float = field(default=0.0, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
