@@ -192,3 +192,18 @@ def test_predict_writes_the_greedy_completions(lm_run, tmp_path):
         if tokenizer.eos_token_id in new:
             new = new[: new.index(tokenizer.eos_token_id)]
         assert row["prediction"] == tokenizer.decode(new, skip_special_tokens=True) and row["prediction"]
+
+
+def test_a_chat_row_is_rendered_with_the_chat_template_and_refused_without_one(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "The cat"}, {"role": "assistant", "content": " sat"}]}]
+    cfg = _custom(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
+    kind, examples = task_for(cfg), load_split(cfg, "train")
+    plain = word_tokenizer(sst2_words())
+    with pytest.raises(DataError, match="no chat template"):
+        kind.tokenize(examples, plain, 64)
+    plain.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} {% endfor %}assistant:"
+    features = kind.tokenize(examples, plain, 64)
+    prompt = plain.apply_chat_template(list(examples.texts[0][0].messages), add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    assert features.labels[0] == len(prompt) and features.input_ids[0][: len(prompt)] == prompt
+    assert features.input_ids[0][len(prompt):] == [*plain(" sat", add_special_tokens=False)["input_ids"], plain.eos_token_id]

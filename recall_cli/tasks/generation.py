@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import DataError
 from .base import ChatPrompt, Features
 from .batches import pad_inputs
 
@@ -27,6 +28,9 @@ def tokenize_rows(prompts: Sequence[str], completions: Sequence[str], tokenizer:
             prompt_ids[i] = list(ids)
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, ChatPrompt):
+            if not getattr(tokenizer, "chat_template", None):
+                raise DataError("the rows hold chat `messages`, but the model's tokenizer has no chat template to render "
+                                "them with: write the rows as prompt and completion, or use a chat model's tokenizer")
             ids = tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=True)
             prompt_ids[i] = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
