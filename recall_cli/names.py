@@ -100,7 +100,6 @@ LM_TASKS: dict[str, Task] = {t.name: t for t in (
          extra_metrics=("loss", "perplexity"), class_names=("negative", "positive"), task_type="causal_lm",
          prompt_template="Review: {0}\nSentiment:"),
 )}
-CUSTOM_TASK_NAMES = ("custom", "custom_lm")
 
 
 def custom_lm_task(prompt_field: str = "prompt", completion_field: str = "completion") -> Task:
