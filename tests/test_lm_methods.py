@@ -107,3 +107,17 @@ def test_the_lm_anchor_refuses_a_classifier(tmp_path, tiny_model_dir):
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
     assert result.exit_code == 2 and "keep.next_token: the LM anchor keeps next-token distributions" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_lm_anchor_refuses_the_texts_the_lm_probes_score(tmp_path):
+    from recall_cli.probes.sets import DEFAULT_LM_TEXTS
+
+    model = tiny_llama_dir(tmp_path / "model")
+    anchor = tmp_path / "anchor.txt"
+    anchor.write_text("A sentence of my own.\n" + DEFAULT_LM_TEXTS.read_text(encoding="utf-8").splitlines()[3] + "\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(lm_recipe(model, tmp_path / "out", keep={"next_token": 1.0, "texts": str(anchor)},
+                                               probe={"enabled": True, "probes": ["lm", "kl"]})), encoding="utf-8")
+    result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
+    assert result.exit_code == 2 and "keep.next_token: 1 of the LM anchor's 2 texts are texts the lm/kl probes score" in result.output
+    assert not (tmp_path / "out").exists()

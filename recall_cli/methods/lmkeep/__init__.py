@@ -47,7 +47,7 @@ class NextTokenAnchorMethod(Method):
         if task_for(recipe.task).num_labels:
             return [f"keep.next_token: the LM anchor keeps next-token distributions: it needs a causal-LM task "
                     f"(task.name sst2_lm or custom_lm), not {recipe.task.name}"]
-        return []
+        return _probe_overlap(recipe)
 
     def start(self, run: Any) -> MethodRun:
         from .term import build_term
@@ -63,6 +63,27 @@ class LmAnchorRun(MethodRun):
 
     def before_micro_batch(self, position: int) -> None:
         self.term.at(position)
+
+
+def _probe_overlap(recipe: Any) -> list[str]:
+    """An anchor on the texts the lm and kl probes score would make their kept share meaningless: refused."""
+    probe = recipe.probe
+    if not probe.enabled or not {"lm", "kl"} & set(probe.probes):
+        return []
+    from ...errors import RecallError
+    from ...probes.sets import DEFAULT_LM_TEXTS, load_texts, overlap
+    from ..keep.texts import read_texts
+
+    try:
+        scored, anchored = load_texts(probe.texts_file or DEFAULT_LM_TEXTS), read_texts(_texts(recipe.keep))
+    except RecallError:
+        return []  # the probes and the anchor each report their own file
+    shared = overlap(anchored, scored)
+    if not shared:
+        return []
+    return [f"keep.next_token: {shared} of the LM anchor's {len(anchored)} texts are texts the lm/kl probes score "
+            f"({probe.texts_file or DEFAULT_LM_TEXTS}): the kept share would measure what the anchor optimizes; "
+            "remove them from keep.texts (or use keep.texts=pool)"]
 
 
 def _texts(keep: Any) -> Any:
