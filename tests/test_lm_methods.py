@@ -121,3 +121,25 @@ def test_the_lm_anchor_refuses_the_texts_the_lm_probes_score(tmp_path):
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
     assert result.exit_code == 2 and "keep.next_token: 1 of the LM anchor's 2 texts are texts the lm/kl probes score" in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_lm_run_resumes_to_the_uninterrupted_weights_and_records(runs, tmp_path):
+    """RecAdam with its floor and the LM anchor on: the anchor's draw and theta*'s frozen copy come back on --resume."""
+    from conftest import StopAfter, comparable
+    from recall_cli.training import loop as train
+    from recall_cli.recipe import recipe_from_dict
+    from recall_cli.rundir import read_metrics
+
+    sections = {"optimizer": {"name": "recadam", "lr": 3e-3, "pretrain_cof": 100.0, "anneal_t0": 2, "recall_floor": 0.5},
+                "keep": {"next_token": 5.0, "texts": "pool", "batch_size": 4}, "train": {"save_every": 4}}
+    reference = finetune(tmp_path, runs["model"], "reference", **sections)
+    stopped = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        train.finetune(recipe_from_dict(lm_recipe(runs["model"], stopped, **sections), "stopped"), reporter=StopAfter(5))
+    result = runner.invoke(app, ["finetune", "--resume", str(stopped), "--plain"])
+    assert result.exit_code == 0 and "resuming at step 4," in result.output, result.output
+    for folder in ("last", "best"):
+        a, b = load_file(str(stopped / folder / "model.safetensors")), load_file(str(reference / folder / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), folder
+    assert comparable(read_metrics(stopped)) == comparable(read_metrics(reference))
