@@ -207,3 +207,30 @@ def test_a_chat_row_is_rendered_with_the_chat_template_and_refused_without_one(t
     prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
     assert features.labels[0] == len(prompt) and features.input_ids[0][: len(prompt)] == prompt
     assert features.input_ids[0][len(prompt):] == [*plain(" sat", add_special_tokens=False)["input_ids"], plain.eos_token_id]
+
+
+@pytest.mark.slow
+def test_a_custom_lm_task_trains_scores_and_predicts_from_its_files(tmp_path):
+    rows = [{"prompt": f"the cat sat on {w}", "completion": f" {w}"} for w in ("a", "the", "mat", "dog") * 6]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "dev.csv").write_text("prompt,completion\nthe cat sat on a, a\nthe cat sat on the, the\n", encoding="utf-8")
+    model = tiny_llama_dir(tmp_path / "model")
+    task = {"name": "custom_lm", "data_dir": None, "train_file": str(tmp_path / "train.jsonl"),
+            "dev_file": str(tmp_path / "dev.csv"), "max_seq_length": 32}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(lm_recipe(model, tmp_path / "out", task=task)), encoding="utf-8")
+    result = runner.invoke(app, ["finetune", str(tmp_path / "r.yaml"), "--plain"])
+    assert result.exit_code == 0, result.output
+    final = json.loads((tmp_path / "out" / "summary.json").read_text())["final"]
+    assert final["main"] == final["exact_match"] and final["loss"] > 0
+    out = tmp_path / "p.jsonl"
+    result = runner.invoke(app, ["predict", str(tmp_path / "out"), "--split", str(tmp_path / "dev.csv"), "--out", str(out),
+                                 "--max-new-tokens", "2"])
+    assert result.exit_code == 0, result.output
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in written] == [" a", " the"] and all(len(r["prediction"].split()) <= 2 for r in written)
+    long = runner.invoke(app, ["predict", str(tmp_path / "out"), "--split", str(tmp_path / "dev.csv"), "--out",
+                               str(tmp_path / "long.jsonl"), "--max-new-tokens", "500"])  # past the 128 positions
+    assert long.exit_code == 0, long.output
+    assert all(len(json.loads(line)["prediction"].split()) <= 128 - 6 for line in (tmp_path / "long.jsonl").open())
+    refused = runner.invoke(app, ["predict", str(tmp_path / "out"), "--split", "test", "--out", str(tmp_path / "t.tsv")])
+    assert refused.exit_code == 2 and "a custom_lm task has no test split" in refused.output

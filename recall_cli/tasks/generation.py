@@ -64,10 +64,15 @@ def _prompts(features: Features, indices: Sequence[int], pad_token_id: int, devi
 
 
 def _greedy(model, prompts: dict[str, torch.Tensor], max_new_tokens: int, pad_token_id: int) -> torch.Tensor:
-    """The new tokens of greedy decoding, [rows, up to max_new_tokens]; a row that ended is padded."""
+    """The new tokens of greedy decoding, [rows, up to max_new_tokens]; a row that ended is padded. Never past
+    the model's positions (a long --max-new-tokens stops there rather than fail)."""
+    width = prompts["input_ids"].shape[1]
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and limit > width:
+        max_new_tokens = min(max_new_tokens, limit - width)
     out = model.generate(**prompts, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, temperature=None,
                          top_p=None, top_k=None, pad_token_id=pad_token_id)
-    return out[:, prompts["input_ids"].shape[1]:]
+    return out[:, width:]
 
 
 @torch.no_grad()
