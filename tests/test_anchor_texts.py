@@ -107,7 +107,7 @@ def test_a_recipe_without_the_new_keys_writes_the_keep_section_it_always_did(tin
     # the full dict and the dotted keys read every key (what methods, sweeps and reports read)
     assert plain.to_dict()["keep"] == {"embeddings": 1.0, "pooling": "mean", "distance": "cosine",
                                        "schedule": "constant", "texts": "task", "text_column": None, "batch_size": 0,
-                                       "layers": "last"}
+                                       "layers": "last", "next_token": 0.0}
     assert (plain.get("keep.texts"), plain.get("keep.layers"), plain.get("keep.batch_size")) == ("task", "last", 0)
     # a config.yaml an older version wrote (committed with the study, keep.embeddings 1.0) reads and is
     # written again byte for byte

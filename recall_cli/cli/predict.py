@@ -54,6 +54,7 @@ def predict(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
     task: Annotated[Optional[str], typer.Option(help="Task name (default: the run's); needed for a checkpoint outside a run.", show_default=False)] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="Local GLUE task folder (default: the run's task.data_dir), e.g. one holding GLUE's test.tsv.", show_default=False)] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="A causal LM's task: the longest greedy completion, in tokens (default 64); it stops earlier at the end-of-sequence token.", show_default=False)] = None,
     as_json: PredictJson = False,
 ) -> None:
     """Write a checkpoint's predictions for a GLUE test or dev split, or for a file of your own, as run_glue.py's
@@ -66,7 +67,7 @@ def predict(
         locate(path)  # a wrong path is one line in a second, before torch and the model load
         check_device_name(device)  # CUDA's presence is checked once the rows are read, before the model loads
         result = predict_to_file(path, split, out, batch_size=batch_size, device=device, overwrite=overwrite,
-                                 task=task, data_dir=data_dir)
+                                 task=task, data_dir=data_dir, max_new_tokens=max_new_tokens)
         if as_json:
             typer.echo(dumps_json(result))
             return

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ExitCode, ReportError, exit_codes_help
-from ..names import PROBE_NAMES
+from ..names import DEFAULT_PROBES, PROBE_NAMES
 from .common import JsonOpt, check_device, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = exit_codes_help({
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)}.")] = ",".join(PROBE_NAMES),
+    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm and kl: a causal LM's).")] = ",".join(DEFAULT_PROBES),
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
     num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,

@@ -123,6 +123,9 @@ def open_source(arg: str) -> Source:
         path = Path(resolve_name_or_path(arg)).expanduser()
     except ModelLoadError as exc:
         raise MergeError(str(exc)) from None
+    if path.suffix == ".gguf":  # quantized blocks, not tensors by name: the merges read safetensors folders
+        raise MergeError(f"{arg} is a GGUF file, which merges cannot read layer by layer: save it once as a folder "
+                         "(docs/lm.md, \"Methods\") and give that folder")
     located = locate(path)
     run_dir, folder = located.run_dir, located.folder
     config = _read_json(folder / "config.json")
@@ -164,9 +167,11 @@ def layer_of(name: str, num_blocks: int) -> int:
     match = _BLOCK.search(name)
     if match:
         return int(match.group(1)) + 1
-    if name.startswith("embeddings") or ".embeddings" in name or name.startswith("embeddings_project"):
+    # A causal LM's token embeddings (Llama's embed_tokens, GPT-2's wte/wpe) and final norm (norm, ln_f)
+    # belong where an encoder's embeddings and pooler do: its hidden states 0 and num_blocks.
+    if name.startswith(("embeddings", "embed_tokens.", "wte.", "wpe.")) or ".embeddings" in name:
         return 0
-    if name.startswith("pooler"):
+    if name.startswith(("pooler", "norm.", "ln_f.")):
         return num_blocks
     raise MergeError(f"parameter {name}: cannot tell which layer it belongs to (not an embedding, block or pooler tensor)")
 

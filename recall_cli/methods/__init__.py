@@ -5,6 +5,7 @@
     keep/         the embedding anchor: a loss term keeping the pooled sentence embedding near theta*'s
     lpft/         LP-FT: the head alone first (encoder frozen), then everything
     lora/         low-rank adapters through peft, merged into plain checkpoints
+    lmkeep/       the LM anchor: a causal LM's next-token distributions on general text kept near theta*'s
 
 A method outside recall plugs in through the entry-point group ``recall_cli.methods`` or
 :func:`register_method` (docs/extending.md). Importing this package loads no torch.

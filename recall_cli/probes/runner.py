@@ -9,6 +9,7 @@ at construction); ``measure(model)`` runs θ and returns one flat record, one fi
     sts, sts_ref, sts_retained   STS Spearman of θ, of θ*, and their ratio
     sts_pairs                    how many STS pairs they rest on
     mlm_loss, mlm_loss_ref, mlm_ratio   θ's encoder under θ*'s MLM head, θ*'s own loss, ratio
+    lm_loss, lm_ppl, lm_kept, kl, kl_kept   a causal LM's, on general prose (probes/lm.py)
     probe_seconds                wall time of the measurement
 
 Representations are each sentence's hidden states mean-pooled over its non-padding tokens, in
@@ -30,7 +31,8 @@ from torch import Tensor
 from .. import names
 from . import measures
 from ..errors import ProbeError
-from .sets import PairSet, load_pairs, load_texts
+from .lm import has_lm_head, lm_record, lm_side
+from .sets import DEFAULT_LM_TEXTS, PairSet, load_pairs, load_texts
 
 MASK_RATE = 0.15
 MASK_SEED = 0
@@ -41,6 +43,7 @@ class ProbeInputs:
     texts: list[str]
     pairs: PairSet | None
     notes: list[str] = field(default_factory=list)
+    lm_texts: list[str] = field(default_factory=list)  # a causal LM's probes: general prose
 
 
 def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | None, num_texts: int | None,
@@ -53,11 +56,12 @@ def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | Non
     reads = {names.PROBES[p].reads for p in probes}
     texts = load_texts(texts_file, num_texts) if "texts" in reads else []
     pairs = load_pairs(pairs_file, num_pairs) if "pairs" in reads else None
+    lm_texts = load_texts(texts_file or DEFAULT_LM_TEXTS, num_texts) if "lm_texts" in reads else []
     notes = []
     if pairs is not None and float(pairs.gold.min()) == float(pairs.gold.max()):  # the file's do differ (load_pairs)
         notes.append(f"sts: the {len(pairs)} pairs sampled from {pairs.source} all score {pairs.gold[0]:g}: "
                      "no Spearman correlation (sample more pairs)")
-    return ProbeInputs(texts, pairs, notes)
+    return ProbeInputs(texts, pairs, notes, lm_texts)
 
 
 def check_size(flag: str, value: int | None, least: int, optional: bool = False) -> None:
@@ -192,6 +196,12 @@ class Prober:
             else:
                 self.mlm_head = copy.deepcopy(mlm_head).to(device).eval()  # θ*'s head, never trained
                 self.masked = _masked_batches(self.texts, tokenizer)
+        lm = [p for p in ("lm", "kl") if p in self.probes]
+        if lm and not has_lm_head(theta_star):
+            self.notes.append(f"{', '.join(lm)}: skipped, {type(theta_star).__name__} is not a causal LM")
+            self.probes = [p for p in self.probes if p not in lm]
+        elif lm:
+            self.lm_texts = _Batches(tokenizer, inputs.lm_texts, max_length, batch_size)
         self.ref = self._features(theta_star)
 
     # ---- one model's side ----
@@ -209,6 +219,9 @@ class Prober:
                 feats["sts"] = measures.spearman(cos, self.pairs.gold)
             if "mlm" in self.probes:
                 feats["mlm"] = self._mlm_loss(encoder)
+        if "lm" in self.probes or "kl" in self.probes:
+            with evaluating(model):
+                feats["lm"] = lm_side(model, self.lm_texts, self.device)
         return feats
 
     def _mlm_loss(self, encoder: torch.nn.Module) -> float:
@@ -241,6 +254,8 @@ class Prober:
         if "mlm" in self.probes:
             record["mlm_loss"], record["mlm_loss_ref"] = mine["mlm"], self.ref["mlm"]
             record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])
+        if "lm" in mine:
+            record.update(lm_record(mine["lm"], self.ref["lm"], self.probes))
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
         return record
 
@@ -282,7 +297,7 @@ def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor]
     if training_texts:
         from .sets import overlap
 
-        for name, texts in (("probe texts", inputs.texts), ("STS pairs", (inputs.pairs.first + inputs.pairs.second) if inputs.pairs else [])):
+        for name, texts in (("probe texts", inputs.texts), ("LM probe texts", inputs.lm_texts), ("STS pairs", (inputs.pairs.first + inputs.pairs.second) if inputs.pairs else [])):
             shared = overlap(texts, training_texts) if texts else 0
             if shared:
                 inputs.notes.append(f"{shared} of the {len(texts)} {name} sentences also occur in the task's training "

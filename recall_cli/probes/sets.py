@@ -22,6 +22,7 @@ from ..errors import ProbeError
 DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_TEXTS = DATA / "probe" / "texts.txt"
 DEFAULT_PAIRS = DATA / "glue" / "STS-B" / "dev.tsv"
+DEFAULT_LM_TEXTS = DATA / "probe" / "lm_text.txt"  # a causal LM's probes: general prose (data/probe/SOURCES.md)
 SAMPLE_SEED = 0  # which pairs a sample of n takes: fixed, so every run of a study reads the same ones
 
 

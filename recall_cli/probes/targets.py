@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..model import position_limit
+from ..model import model_location, position_limit
 from .runner import Prober, check_size, load_inputs, load_mlm_head
 from ..errors import ProbeError
 
@@ -36,9 +36,11 @@ def resolve_target(text: str, against: str | None = None) -> Target:
     theta_star = against
     if theta_star is None and located.run_dir is not None:
         config = read_yaml(located.run_dir / CONFIG_FILE)
-        theta_star = (config.get("model") or {}).get("name_or_path")
+        model = config.get("model") or {}
+        theta_star = model.get("name_or_path")
         if not theta_star:
             raise ProbeError(f"{located.run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
+        theta_star = model_location(theta_star, model.get("gguf_file"))
     theta = text if located.folder == Path(text) else str(located.folder)  # a folder named as the user wrote it
     return Target(text, theta, theta_star or theta)
 
@@ -47,7 +49,7 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
                   max_length: int = 128, batch_size: int = 64, device: str = "auto") -> list[dict[str, Any]]:
     """One record per target: {"target", "theta", "reference", measures..., "notes"}."""
-    from ..model import load_encoder, load_tokenizer
+    from ..model import load_tokenizer
     from ..runtime import resolve_device
 
     check_size("--max-length", max_length, 8)
@@ -60,7 +62,7 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
         prober, ref_model = theta_star_prober(theta_star, probes, inputs, load_tokenizer(theta_star), dev,
                                              max_length=max_length, batch_size=batch_size)
         for target in (t for t in resolved if t.theta_star == theta_star):
-            theta = ref_model if target.theta == theta_star else load_encoder(target.theta).to(dev)
+            theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev)
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
@@ -78,9 +80,7 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
     """(the Prober holding θ*'s side, θ*'s encoder) for ``theta_star``: shared by `recall probe` and
     the library's probe(). ``option`` is how the length setting is named in the error ("--max-length "
     on the command line, "max_length=" from Python)."""
-    from ..model import load_encoder
-
-    ref_model = load_encoder(theta_star, trust_remote_code).to(device)
+    ref_model = load_probed(theta_star, probes, trust_remote_code).to(device)
     limit = position_limit(ref_model.config)
     if limit is not None and max_length > limit:
         shown = option.rstrip("= ")
@@ -90,6 +90,18 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
     prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
                     mlm_head=head, mlm_note=note)
     return prober, ref_model
+
+
+def load_probed(name: str, probes: list[str], trust_remote_code: bool = False) -> torch.nn.Module:
+    """The model a probe reads: the bare encoder, or with the lm and kl probes the whole causal LM (its
+    base model serves the encoder's probes)."""
+    from ..model import load_checkpoint_model, load_encoder
+    from ..names import custom_lm_task
+    from ..tasks import task_type_for
+
+    if "lm" in probes or "kl" in probes:
+        return load_checkpoint_model(name, task_type_for(custom_lm_task()), trust_remote_code)
+    return load_encoder(name, trust_remote_code)
 
 
 def _check_same_shapes(theta: torch.nn.Module, theta_star: torch.nn.Module, target: Target) -> None:

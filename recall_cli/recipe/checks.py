@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..methods.registry import check as check_methods
-from ..names import GLUE_TASK_NAMES, OPTIMIZERS, PROBE_NAMES, TRACKERS
+from ..names import GLUE_TASK_NAMES, LM_TASKS, OPTIMIZERS, PROBE_NAMES, TRACKERS
 
 if TYPE_CHECKING:
     from .schema import OptimizerConfig, ProbeConfig, Recipe, TaskConfig
@@ -74,8 +74,9 @@ def _collector() -> tuple[list[str], Any]:
 
 def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
     problems, need = _collector()
-    need(t.name in GLUE_TASK_NAMES or t.name == "custom",
-         f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; or 'custom' with train_file/dev_file)")
+    need(t.name in GLUE_TASK_NAMES or t.name in LM_TASKS or t.name in ("custom", "custom_lm"),
+         f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; causal LM: {', '.join(LM_TASKS)}; "
+         "or 'custom' / 'custom_lm' with train_file/dev_file)")
     need(t.max_seq_length >= 8, f"task.max_seq_length: must be >= 8, got {t.max_seq_length}")
     for key in ("max_train_examples", "max_eval_examples"):
         value = getattr(t, key)
@@ -97,6 +98,14 @@ def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
                     need(Path(path).is_file(), f"task.{key}: file not found: {path}")
                     if Path(path).is_file() and t.text_fields is not None and t.label_field is not None:
                         problems += _check_columns(key, Path(path), [*t.text_fields, t.label_field])
+    if t.name == "custom_lm":
+        for key in ("train_file", "dev_file"):
+            need(getattr(t, key) is not None, f"task.{key}: required for a custom_lm task")
+            path = getattr(t, key)
+            if check_files and path is not None:
+                need(Path(path).is_file(), f"task.{key}: file not found: {path}")
+        if t.text_fields is not None:
+            need(len(t.text_fields) == 1, f"task.text_fields: a custom_lm task has one prompt column, got {len(t.text_fields)}")
     if t.data_dir is not None and check_files:
         # The shipped recipes name the repository's copy of GLUE, which a pip-installed recall does not have.
         shipped = Path(t.data_dir).as_posix().startswith("data/glue/")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..names import ANNEAL_FUNCTION_NAMES, OPTIMIZER_NAMES, PROBE_NAMES
+from ..names import ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES
 
 
 # Keys that config.yaml records only when they are set away from their default: added after runs were
@@ -61,6 +61,7 @@ class OsfConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name_or_path: str  # a hub id or a local folder
+    gguf_file: str | None = field(default=None, metadata=WHEN_SET)  # a GGUF file in the name_or_path folder (needs gguf)
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
     trust_remote_code: bool = False
@@ -155,7 +156,7 @@ class ProbeConfig:
     (benchmarks/probe_cost.py: 4.3 % with 256 pairs, 14.6 % with all 1,500, on a loaded 2-core CPU)."""
 
     enabled: bool = True
-    probes: list[str] = field(default_factory=lambda: list(PROBE_NAMES))
+    probes: list[str] = field(default_factory=lambda: list(DEFAULT_PROBES))  # the encoder's; a causal LM's: lm, kl
     texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
     num_texts: int | None = 128  # first N probe sentences; null = all
@@ -190,6 +191,9 @@ class KeepConfig:
     # Whose pooled features are kept: "last" (the encoder's output), or a list of hidden states (0: the
     # embeddings' output, i: layer i's), each kept by the distance and the distances averaged (LDIFS).
     layers: Literal["last"] | list[int] = field(default="last", metadata=WHEN_SET)
+    # The LM anchor (methods/lmkeep/): the weight of KL(theta* || theta) of a causal LM's next-token distributions
+    # on general text (the pool, or the keep.texts file), beside or instead of the embedding anchor; 0 = off.
+    next_token: float = field(default=0.0, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ def probe_plain(rows: list[dict[str, Any]]):
     a terminal only."""
     from .text import Column, PlainTable
 
+    if _lm(rows):
+        columns = [Column("target", soft=28, least=12, cut="start"), Column("theta*", soft=16, least=8, cut="start", drop=3),
+                   *(Column(name, right=True) for name in _LM_COLUMNS)]
+        return PlainTable("a causal LM's probes against theta* (kept: 1 is theta*'s own)", columns,
+                          [[r["target"], r["reference"], *_lm_cells(r)] for r in rows],
+                          {(i, c) for i in range(len(rows)) for c in (4, 6)})
     columns = [Column("target", soft=28, least=12, cut="start"), Column("theta*", soft=16, least=8, cut="start", drop=6),
                Column("STS", right=True, drop=3), Column("kept", right=True), Column("CKA", right=True),
                Column("CKA-d", right=True, drop=5), Column("drift", right=True, drop=2), Column("MLM", right=True, drop=4),
@@ -133,11 +139,27 @@ def probe_table(rows: list[dict[str, Any]]):
     """`recall probe`: one row per target, retained values in bold."""
     from rich.markup import escape
 
+    if _lm(rows):
+        return _table("a causal LM's probes against theta* (kept: 1 is theta*'s own)", ("target", "theta*", *_LM_COLUMNS), 2,
+                      [[escape(r["target"]), escape(r["reference"]), *_lm_cells(r)] for r in rows])
     return _table("probes against theta* (retained values in bold; CKA-d: debiased)",
                   ("target", "theta*", "STS", "kept", "CKA", "CKA-d", "drift", "MLM", "ratio"), 2,
                   [[escape(r["target"]), escape(r["reference"]), _num(r.get("sts")), _bold(r.get("sts_retained")),
                     _bold(r.get("cka")), _num(r.get("cka_debiased")), _num(r.get("drift"), ".4f"),
                     _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio"))] for r in rows])
+
+
+_LM_COLUMNS = ("LM loss", "ref loss", "kept", "KL", "kept")
+
+
+def _lm(rows: list[dict[str, Any]]) -> bool:
+    """Rows of the lm and kl probes alone (a causal LM's): their own columns."""
+    return any("lm_loss" in r or "kl" in r for r in rows) and not any("sts" in r or "cka" in r for r in rows)
+
+
+def _lm_cells(r: dict[str, Any]) -> list[str]:
+    return [_num(r.get("lm_loss")), _num(r.get("lm_loss_ref")), _num(r.get("lm_kept")), _num(r.get("kl"), ".4f"),
+            _num(r.get("kl_kept"))]
 
 
 def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str],

@@ -78,7 +78,10 @@ def score(
     kind = task_type_for(task)
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
-        predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
+        # A causal LM scores its completions itself (loss, greedy generation): every rank computes all rows.
+        predictions = kind.outputs(model, features, batch_size, device, pad_token_id, autocast)
+        if predictions is None:
+            predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
         values = kind.metrics(predictions, np.asarray(features.labels))
         if i == 0:
             metrics.update(values)

@@ -96,8 +96,8 @@ def load_rows(task_cfg: Any, split: str | Path) -> Rows:
             raise DataError(f"task {spec.name} has no split '{split}': use test, dev or a file of your own")
         examples = load_split(task_cfg, split, task_cfg.max_eval_examples)
         return Rows(examples.texts, [str(i) for i in range(len(examples))], list(examples.labels), examples.source)
-    if spec.name == "custom":
-        raise DataError("a custom task has no test split: predict your own file with --split FILE (.csv, .tsv or .jsonl)")
+    if spec.name in ("custom", "custom_lm"):
+        raise DataError(f"a {spec.name} task has no test split: predict your own file with --split FILE (.csv, .tsv or .jsonl)")
     split = _test_split(spec, split)
     if task_cfg.data_dir:
         return _glue_test_tsv(spec, Path(task_cfg.data_dir), split)
@@ -167,10 +167,8 @@ def _glue_test_tsv(spec: Any, data_dir: Path, split: str) -> Rows:
 
 
 def _glue_test_hub(spec: Any, split: str) -> Rows:
-    from ..names import TASKS
-
     folder = spec.folder
-    columns = TASKS[spec.name].hub_text_columns
+    columns = spec.hub_text_columns
     try:
         import datasets
 
@@ -310,11 +308,15 @@ def predict_to_file(
     overwrite: bool = False,
     task: str | None = None,
     data_dir: Path | None = None,
+    max_new_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Predict ``split`` (a name or a file) with the checkpoint ``path`` names (rundir.locate) and write
-    ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written."""
+    ``out``. Cheap checks first (options, --out, the rows), then the model. Returns what was written.
+    ``max_new_tokens``: a causal LM's longest greedy completion (default 64)."""
     if batch_size is not None and batch_size < 1:
         raise DataError(f"--batch-size {batch_size}: give a batch size of at least 1")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise DataError(f"--max-new-tokens {max_new_tokens}: give at least 1")
     which = parse_split(split)
     out = Path(out)
     if isinstance(which, Path) and out.resolve() == which.resolve():
@@ -343,7 +345,11 @@ def predict_to_file(
         batch_size = (recipe.train.eval_batch_size or 2 * recipe.train.batch_size) if recipe else 64
     model.to(dev_device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    outputs = predict(model, features, batch_size, dev_device, pad_id, autocast_for(precision, dev_device))
+    autocast = autocast_for(precision, dev_device)
+    outputs = kind.outputs(model, features, batch_size, dev_device, pad_id, autocast, tokenizer=tokenizer,
+                           max_new_tokens=max_new_tokens)  # a causal LM's generated texts
+    if outputs is None:
+        outputs = predict(model, features, batch_size, dev_device, pad_id, autocast)
     fmt = output_format(out, which)
     from ..rundir import output_lock
 

@@ -40,8 +40,8 @@ def checkpoint_task(path: Path, task: str | None = None, data_dir: Path | None =
         task_cfg = TaskConfig(name=task)
     if data_dir is not None:
         task_cfg = dataclasses.replace(task_cfg, data_dir=str(data_dir))
-    labels = head_size(folder)
     wanted = task_for(task_cfg).num_labels
+    labels = head_size(folder) if wanted else None  # 0: no head (a causal LM)
     if labels is not None and labels != wanted:
         raise DataError(f"{folder} predicts {labels} label{'s' if labels != 1 else ''} and {task_cfg.name} has "
                              f"{wanted}: score it on the task it was trained for (--task)")

@@ -8,7 +8,8 @@ classifier, a causal LM) is one room beside classification.py and one entry here
     __init__.py        the registry; task_spec / task_for (the task a recipe names); load_split
     base.py            the interface (TaskType) and the containers rows travel in
     sequence.py        what the two sequence types share: text(s) in, one label out, read from GLUE or files
-    classification.py  regression.py   the two types
+    classification.py  regression.py   the two sequence types
+    causal_lm.py       a causal LM: prompt in, completion generated (generation.py: its loss, greedy decoding)
     files.py, glue.py  reading a user's files, GLUE's folders and the hub's copy of GLUE
     batches.py         tokenizing and padding (torch), the order batches come in
     metrics.py         the scores (scikit-learn, SciPy)
@@ -23,15 +24,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DataError
-from ..names import TASKS, Task, custom_task
+from ..names import LM_TASKS, TASKS, Task, custom_lm_task, custom_task
 from .base import Examples, Features, Prediction, TaskType
+from .causal_lm import CausalLM
 from .classification import Classification
 from .regression import Regression
 
-__all__ = ["TASK_TYPES", "Classification", "Examples", "Features", "Prediction", "Regression", "TaskType", "load_split",
+__all__ = ["TASK_TYPES", "CausalLM", "Classification", "Examples", "Features", "Prediction", "Regression", "TaskType", "load_split",
            "task_for", "task_spec", "task_type_for"]
 
-TASK_TYPES: dict[str, type[TaskType]] = {t.name: t for t in (Classification, Regression)}
+TASK_TYPES: dict[str, type[TaskType]] = {t.name: t for t in (Classification, Regression, CausalLM)}
 
 
 def task_type_for(spec: Task) -> TaskType:
@@ -49,9 +51,13 @@ def task_spec(task_cfg: Any) -> Task:
     name = task_cfg.name
     if name in TASKS:
         return TASKS[name]
+    if name in LM_TASKS:
+        return LM_TASKS[name]
+    if name == "custom_lm":
+        return custom_lm_task(*(task_cfg.text_fields or ["prompt"])[:1], task_cfg.label_field or "completion")
     if name != "custom":
-        choices = ", ".join(TASKS)
-        raise DataError(f"unknown task '{name}': set task.name to one of {choices}, or custom")
+        choices = ", ".join([*TASKS, *LM_TASKS])
+        raise DataError(f"unknown task '{name}': set task.name to one of {choices}, or custom (custom_lm for a causal LM)")
     return _custom_spec(task_cfg)
 
 

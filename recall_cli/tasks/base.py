@@ -1,6 +1,6 @@
 """The task seam: what every stage asks of a kind of task, and the containers its rows travel in.
 
-A task type (sequence classification, regression; a token classifier or a causal LM later) is one class
+A task type (sequence classification, regression, a causal LM; a token classifier later) is one class
 that implements :class:`TaskType` and one entry in ``tasks.TASK_TYPES``; a task (a names.Task: its files,
 columns, labels and metrics) names its type. The stages ask the type, never the task's label count:
 
@@ -8,7 +8,7 @@ columns, labels and metrics) names its type. The stages ask the type, never the 
     batching      tokenize, collate                     (the set-up, the loop's step)
     the model     auto_class, head_config, num_labels,  (model.build_model, load_checkpoint_model,
                   peft_task_type                         preflight's head and memory, LoRA)
-    scoring       metrics, strata, predictions          (evaluate, the holdout, `recall predict`)
+    scoring       outputs, metrics, strata, predictions (evaluate, the holdout, `recall predict`)
     the card      pipeline_tag, pipeline_title          (card.py's model-index)
 
 Torch-free: the card and the reports read a type's names; what needs torch imports it when called.
@@ -41,6 +41,18 @@ class Examples:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+
+class ChatPrompt(str):
+    """A chat row's prompt: its messages before the last assistant turn (read as plain text where a string
+    is wanted, e.g. the probes' overlap check), rendered with the tokenizer's chat template when tokenized."""
+
+    messages: tuple[dict[str, str], ...]
+
+    def __new__(cls, messages: Sequence[dict[str, str]]) -> ChatPrompt:
+        prompt = super().__new__(cls, "\n".join(m["content"] for m in messages))
+        prompt.messages = tuple(messages)
+        return prompt
 
 
 @dataclass
@@ -113,6 +125,13 @@ class TaskType(ABC):
         """What the model's config gets for this task's head (from_pretrained's keyword arguments)."""
 
     # ---- scoring -----------------------------------------------------------------------------------
+
+    def outputs(self, model: Any, features: Features, batch_size: int, device: Any, pad_token_id: int,
+                autocast: Any = None, *, tokenizer: Any = None, max_new_tokens: int | None = None) -> Any:
+        """The raw outputs of a type whose scores are not one forward's logits (a causal LM's completion
+        loss and greedy generation; with ``tokenizer``, the texts `recall predict` writes), or None: the
+        logits, which scoring.evaluate.predict computes for every other type."""
+        return None
 
     @abstractmethod
     def metrics(self, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:

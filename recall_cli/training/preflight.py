@@ -167,6 +167,9 @@ def check_tokenizer(report: Preflight, recipe: Recipe, tokenizer, config) -> Non
 
 def check_head(report: Preflight, recipe: Recipe, config, task: TaskType, resume: bool) -> None:
     num_labels = task.num_labels
+    if not num_labels:
+        report.add("head", "ok", "the checkpoint's own language-model head (anchored like the rest): no new head")
+        return
     if resume:
         report.add("head", "ok", f"{num_labels} labels, the run's own head from last/")
         return
@@ -203,7 +206,7 @@ def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapt
 
     quiet_transformers()
     values = {k: v for k, v in config.to_dict().items() if k not in ("id2label", "label2id")}
-    config = config.__class__.from_dict({**values, "num_labels": task.num_labels})
+    config = config.__class__.from_dict({**values, "num_labels": task.num_labels} if task.num_labels else values)
     with torch.device("meta"):
         model = auto_model_class(task).from_config(config)
     head = head_parameter_names(model)
@@ -249,6 +252,8 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
         "theta_star": theta_star,
         "activations": activation_bytes(config, tc.batch_size, length, precision),
     }
+    if not task.num_labels:  # a causal LM: a logit per vocabulary entry and position, in fp32, with its gradient
+        parts["logits"] = 12 * tc.batch_size * length * (getattr(config, "vocab_size", None) or 0)
     if precision != "fp32":
         # autocast's 16-bit cache of the weights that train (it keeps no cast of a frozen one)
         parts["autocast_copies"] = 2 * trained

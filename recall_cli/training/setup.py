@@ -29,7 +29,8 @@ from ..errors import CompileError, PreflightError, RunDirError
 from ..methods import registry
 from ..methods.adapter import Adapted
 from ..methods.registry import MethodRun
-from ..model import BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, parameter_groups
+from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
+                     parameter_groups)
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
@@ -186,6 +187,8 @@ def _check_same_head(last: Path, task: TaskType, recipe: Recipe) -> None:
     except (OSError, ValueError):
         return  # the loading names what is wrong with it
     wanted = task.head_config()
+    if not wanted:  # no head of its own (a causal LM): nothing to disagree with
+        return
     labels = len(saved.get("id2label") or {}) or saved.get("num_labels")
     problem = saved.get("problem_type")
     if (labels and labels != wanted["num_labels"]) or (problem and problem != wanted["problem_type"]):
@@ -265,7 +268,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
               f"{run_dir} can be written" + (" (replaced: --overwrite)" if start is Start.OVERWRITE else ""))
         tail.append(report.checks.pop())
-    source = str(last) if last else recipe.model.name_or_path
+    source = str(last) if last else model_location(recipe.model.name_or_path, recipe.model.gguf_file)
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     if last is not None:
