@@ -359,3 +359,16 @@ def test_an_adamw_dry_run_names_no_schedule_it_does_not_read(tiny_model_dir, tmp
     result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)), "--dry-run")
     assert result.exit_code == 0, result.output
     assert "# plan: 40 optimizer steps\n" in result.output and "anneal_t0 =" not in result.output
+
+
+@pytest.mark.slow
+def test_an_adamw_runs_start_line_names_no_recadam_setting(tiny_model_dir, tmp_path):
+    """The start line of an adamw run shows neither anneal_t0 nor a recall_floor the recipe sets: adamw reads
+    neither (they are listed once as unused)."""
+    recipe = tiny_recipe(tiny_model_dir, tmp_path / "run", optimizer={"name": "adamw", "recall_floor": 0.005},
+                         train={"max_steps": 1, "eval_every": 0}, probe={"enabled": False})
+    result = finetune(str(write_recipe(tmp_path / "r.yaml", recipe)), "--plain")
+    assert result.exit_code == 0, result.output
+    start = next(line for line in result.output.splitlines() if line.startswith("recall: starting"))
+    assert "recall_floor=" not in start and "anneal_t0=" not in start
+    assert "unused=" in start and "optimizer.recall_floor" in start

@@ -454,7 +454,7 @@ def start_info(t: Training) -> dict[str, Any]:
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
             "train_examples": len(t.task.train),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
-            **({"recall_floor": floor} if floor > 0 else {}),
+            **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),
             **t.method_info,
             **({"unused": ", ".join(t.unused) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
