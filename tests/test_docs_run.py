@@ -61,6 +61,8 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
     ("docs/lm.md", 9, "recall finetune recipes/smollm2_sst2.yaml output_dir=runs/smol_recadam", ELSEWHERE,
      "the page's measured SmolLM2 runs, minutes each on a CPU"),
     ("docs/lm.md", 10, "recall merge smollm2", ELSEWHERE, "after block 9's runs; merges of causal LMs: tests/test_lm_methods.py"),
+    ("docs/lm.md", 11, "recall sweep recipes/smollm2_sst2.yaml", ELSEWHERE,
+     "the page's three-seed SmolLM2 measurement (about 20 minutes on a CPU); its records are docs/study/runs/lm_sst2"),
     ("docs/commands/evaluate.md", 0, "recall evaluate PATH", OUTPUT, "synopsis: its options exist"),
     ("docs/commands/evaluate.md", 1, "recall evaluate runs/quickstart", RUN, "after the quick start"),
     ("docs/commands/evaluate.md", 2, "recall merge pkg:", RUN, "after the quick start's vanilla run"),
