@@ -449,3 +449,19 @@ def test_select_on_holdout_does_not_choose_for_seeds_vanilla_lacks(holdout_study
     assert choice["name"] == "RecAdam floor 0.05"
     (more,) = [c for c in choice["candidates"] if c["name"] == "RecAdam floor 0.3"]
     assert more["eligible"] is False and more["seeds"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_against_gives_a_causal_lms_kept_skill_its_interval():
+    """Runs of a causal LM record lm_kept and kl_kept, not the STS probe: --against intervals lm_kept (the
+    committed SmolLM2 records, docs/study/runs/lm_sst2), and its footnote names it."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    runs = Path(__file__).resolve().parents[1] / "docs" / "study" / "runs" / "lm_sst2"
+    result = CliRunner().invoke(app, ["compare", str(runs), "--against", "vanilla"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Δ LM kept") == 2 and "of the kept skill (lm_kept x100)" in result.output
+    assert "no interval for the kept skill" not in result.output

@@ -85,7 +85,7 @@ class Against:
 
     reference: Group
     level: float
-    metrics: list[str]  # the table's metric, then the kept skill (sts_retained) where the runs record it
+    metrics: list[str]  # the table's metric, then the kept skill (KEPT_MEASURES) where the runs record it
     intervals: dict[tuple[str, str, str], Any]  # (group label, task, metric) -> intervals.Interval
     notes: list[str] = field(default_factory=list)  # what has no interval, and why
 
@@ -241,11 +241,16 @@ def find_reference(groups: list[Group], text: str) -> Group:
     raise ReportError(f"--against {text!r}: no setting is called that; the settings are: {names}")
 
 
+# The kept skill an --against table adds an interval for: the encoder's STS probe, else a causal LM's lm probe
+# (general prose's loss under theta* over theta's), else its kl probe; the first one the runs record.
+KEPT_MEASURES = ("sts_retained", "lm_kept", "kl_kept")
+
+
 def add_against(result: Comparison, runs: list[Run], setting: str, level: float = 0.95,
-                kept: str = "sts_retained") -> Comparison:
+                kept: str | None = None) -> Comparison:
     """Each (setting, task)'s paired bootstrap interval of its difference from the reference setting
-    (intervals.py), for the table's metric and for the kept skill (``kept``, read from the same runs at
-    the same eval), where the runs record it."""
+    (intervals.py), for the table's metric and for the kept skill (``kept``, else the first of KEPT_MEASURES
+    the runs record, read from the same runs at the same eval), where the runs record it."""
     from .intervals import by_seed, check_level, paired_interval, seeds_text
 
     check_level(level)
@@ -253,12 +258,16 @@ def add_against(result: Comparison, runs: list[Run], setting: str, level: float 
     by_path = {str(run.path): run for run in runs}
     metrics = [result.metric]
     notes: list[str] = []
-    if kept != result.metric:
-        recorded = any(_finite((run.eval_at(result.at) or {}).get(kept)) for run in runs if run.finished)
-        if recorded:
-            metrics.append(kept)
-        else:
-            notes.append(f"no run records {kept} at its {result.at} eval (probes off): no interval for the kept skill")
+    def recorded(measure: str) -> bool:
+        return any(_finite((run.eval_at(result.at) or {}).get(measure)) for run in runs if run.finished)
+
+    candidates = (kept,) if kept is not None else KEPT_MEASURES
+    kept = next((m for m in candidates if recorded(m)), None)
+    if kept is None:
+        notes.append(f"no run records {' or '.join(candidates)} at its {result.at} eval (probes off, or other "
+                     "probes): no interval for the kept skill")
+    elif kept != result.metric:
+        metrics.append(kept)
 
     def per_seed(cell: Cell, metric: str) -> dict[Any, float]:
         if metric == result.metric:

@@ -213,7 +213,7 @@ def against_notes(result: Comparison) -> list[str]:
 
     against = result.against
     scale = "" if result.metric in RAW_MEASURES else " (x100: points)"
-    kept = " and of the kept skill (sts_retained x100)" if len(against.metrics) > 1 else ""
+    kept = f" and of the kept skill ({against.metrics[1]} x100)" if len(against.metrics) > 1 else ""
     return [f"Δ: each setting minus {against.reference.name}, per task: the mean over the seeds both ran of the "
             f"per-seed difference of {result.metric}{scale}{kept}; {100 * against.level:g}% CI: paired bootstrap "
             f"percentile interval, {RESAMPLES:,} resamples of those seeds (numpy default_rng({BOOTSTRAP_SEED}))",
