@@ -28,9 +28,6 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-_looks_like_path = looks_like_path  # hub ids are "name" or "org/name"; anything else was meant as a folder
-
-
 PACKAGE_PREFIX = "pkg:"
 GGUF_SUFFIX = ".gguf"
 
@@ -72,7 +69,7 @@ _hub_reachable: bool | None = None  # asked once per process
 
 def hub_id(name: str) -> str | None:
     """The hub id that ``name`` (a model.name_or_path) loads from, or None for a package, a folder or a GGUF file."""
-    if name.startswith(PACKAGE_PREFIX) or name.endswith(GGUF_SUFFIX) or _looks_like_path(name) or Path(name).expanduser().is_dir():
+    if name.startswith(PACKAGE_PREFIX) or name.endswith(GGUF_SUFFIX) or looks_like_path(name) or Path(name).expanduser().is_dir():
         return None
     return name
 
@@ -208,7 +205,7 @@ def _load(what: str, loader, name: str, **kwargs):
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
-    if _looks_like_path(name) and not folder.is_dir():
+    if looks_like_path(name) and not folder.is_dir():
         raise ModelLoadError(f"model folder not found: {name} (set model.name_or_path to a folder with config.json)")
     if folder.is_dir() and not (folder / "config.json").is_file():
         raise ModelLoadError(

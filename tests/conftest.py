@@ -170,6 +170,11 @@ def tiny_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
         "probe": {"num_pairs": 256},
         "output_dir": str(output_dir),
     }
+    return with_sections(recipe, sections)
+
+
+def with_sections(recipe: dict, sections: dict) -> dict:
+    """``recipe`` with each keyword's section updated (a dict) or replaced (anything else)."""
     for section, values in sections.items():
         if isinstance(values, dict):
             recipe.setdefault(section, {}).update(values)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from conftest import GLUE
+from conftest import GLUE, with_sections
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 
@@ -66,9 +66,4 @@ def lm_recipe(model_dir: Path, output_dir: Path, **sections) -> dict:
         "probe": {"enabled": False},
         "output_dir": str(output_dir),
     }
-    for section, values in sections.items():
-        if isinstance(values, dict):
-            recipe.setdefault(section, {}).update(values)
-        else:
-            recipe[section] = values
-    return recipe
+    return with_sections(recipe, sections)

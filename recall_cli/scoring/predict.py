@@ -190,7 +190,7 @@ def _user_file(task: TaskType, path: Path) -> Rows:
     and, optionally, its label column (the task's label field, or "label"), read by the task type's
     parse_label (a label as the task's files write it, "1", or as its class is called, "positive")."""
     spec = task.spec
-    from ..tasks.files import check_width, delimited_rows, json_scalar, jsonl_objects, read_text
+    from ..tasks.files import json_scalar, jsonl_objects, read_text, table_records
 
     suffix = path.suffix.lower()
     text = read_text(path, "check the --split path")
@@ -203,17 +203,9 @@ def _user_file(task: TaskType, path: Path) -> Rows:
             raise DataError(f"{path}: no examples found: write one JSON object per line")
         columns = _pick_text_columns(path, list(records[0][1]), spec, f"line {records[0][0]}")
     else:
-        delimiter, quoting, what = ("\t", csv.QUOTE_NONE, "tab-separated") if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL, "comma-separated")
-        rows = delimited_rows(path, text, delimiter, quoting)
-        try:
-            _, header = next(rows)
-        except StopIteration:
-            raise DataError(f"{path}: file is empty: expected a header row naming the columns") from None
-        names = [h.strip() for h in header]
+        names, rows = table_records(path, text, suffix)
         columns = _pick_text_columns(path, names, spec, "line 1")
-        for line, row in rows:
-            check_width(path, line, row, len(header), what)
-            records.append((line, dict(zip(names, row))))
+        records.extend(rows)
         if not records:
             raise DataError(f"{path}: no examples found: the file needs at least one row under its header")
     # A JSONL row may leave its label out: the label field is the one any row has.

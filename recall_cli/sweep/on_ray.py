@@ -15,6 +15,7 @@ directory with config.yaml is resumed from its last checkpoint. The child is tie
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -45,7 +46,7 @@ def import_ray() -> Any:
 
 def check_resources(gpus_per_cell: float, cpus_per_cell: float) -> None:
     for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
-        if not value == value or value in (float("inf"), float("-inf")) or value < 0:
+        if not math.isfinite(value) or value < 0:
             raise SweepError(f"{name} must be a number >= 0, got {value}")
     if gpus_per_cell > 1 and gpus_per_cell != int(gpus_per_cell):
         raise SweepError(f"--gpus-per-cell {gpus_per_cell}: above 1 it must be a whole number of GPUs")
@@ -87,8 +88,9 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
         log = str(sweep.out / LOG_DIR / f"{cell.name}.log")
         pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads)] = cell
     resources = ", ".join(f"{v:g} {k}" for k, v in (("CPU", cpus), ("GPU", gpus)) if v)
+    cluster = ray.cluster_resources()
     echo(f"sweep: {len(todo)} cells sent to Ray ({resources or 'no resources'} each); "
-         f"{ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} GPUs in the cluster")
+         f"{cluster.get('CPU', 0):g} CPUs, {cluster.get('GPU', 0):g} GPUs in the cluster")
     done = len(sweep.cells) - len(todo)
     signals: list[int] = []
     with signals_raise(signals.append, sigint=False):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import DataError
 from .base import PREDICT_FIX, ChatPrompt, Examples, Features, Prediction, TaskType
-from .files import delimited_rows, json_scalar, jsonl_objects, non_empty, read_text
+from .files import json_scalar, jsonl_objects, non_empty, read_text, table_records
 from .glue import load_glue_hub, load_glue_tsv
 
 _EMPTY_FIX = "every row needs a completion to learn (a prompt alone teaches nothing): fill it in or remove the row"
@@ -110,19 +110,7 @@ class CausalLM(TaskType):
         if suffix == ".jsonl":
             yield from jsonl_objects(path, text)
             return
-        import csv
-
-        delimiter, quoting = ("\t", csv.QUOTE_NONE) if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL)
-        rows = delimited_rows(path, text, delimiter, quoting)
-        try:
-            _, header = next(rows)
-        except StopIteration:
-            raise DataError(f"{path}: file is empty: expected a header row naming the columns") from None
-        names = [h.strip() for h in header]
-        for line, row in rows:
-            if len(row) != len(names):
-                raise DataError(f"{path} line {line}: expected {len(names)} fields, found {len(row)}: fix or remove the row")
-            yield line, dict(zip(names, row))
+        yield from table_records(path, text, suffix)[1]
 
     # ---- tokenizing and batching -------------------------------------------------------------------
 

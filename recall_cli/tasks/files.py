@@ -64,6 +64,27 @@ def column_indices(path: Path, header: list[str], wanted: Sequence[str], fix: st
     return indices
 
 
+def table_records(path: Path, text: str, suffix: str) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """A .csv's or .tsv's header (names stripped) and its rows as (line, {column: value}), each row's width
+    checked against the header's: what a reader that picks its columns by name after seeing them needs."""
+    if suffix == ".tsv":
+        rows, what = delimited_rows(path, text, "\t", csv.QUOTE_NONE), "tab-separated"
+    else:
+        rows, what = delimited_rows(path, text, ",", csv.QUOTE_MINIMAL), "comma-separated"
+    try:
+        _, header = next(rows)
+    except StopIteration:
+        raise DataError(f"{path}: file is empty: expected a header row naming the columns") from None
+    names = [h.strip() for h in header]
+
+    def records() -> Iterator[tuple[int, dict[str, str]]]:
+        for line, row in rows:
+            check_width(path, line, row, len(header), what)
+            yield line, dict(zip(names, row))
+
+    return names, records()
+
+
 def header_of(path: Path) -> list[str] | None:
     """The column names of a .csv/.tsv's header or a .jsonl's first record, reading no more of the file
     than that (None for another suffix, or an empty file)."""
