@@ -133,6 +133,7 @@ def probe(
     probes: Sequence[str] = DEFAULT_PROBES,
     texts: str | os.PathLike | None = None,
     pairs: str | os.PathLike | None = None,
+    choices: str | os.PathLike | None = None,
     num_texts: int | None = _IN_RUN.num_texts,
     num_pairs: int | None = _IN_RUN.num_pairs,
     max_length: int = _IN_RUN.max_length,
@@ -159,7 +160,8 @@ def probe(
     check_size("max_length", max_length, 8)
     check_size("batch_size", batch_size, 1)
     probes = list(probes)
-    inputs = load_inputs(probes, str(texts) if texts else None, str(pairs) if pairs else None, num_texts, num_pairs)
+    inputs = load_inputs(probes, str(texts) if texts else None, str(pairs) if pairs else None, num_texts, num_pairs,
+                         str(choices) if choices else None)
     theta_star = str(against)
     device = next(model.parameters()).device
     prober, ref_model = theta_star_prober(theta_star, probes, inputs, tokenizer, device, max_length=max_length,

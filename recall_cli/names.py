@@ -173,7 +173,9 @@ class Probe:
     """A probe.probes entry (recall_cli/probes/runner.py measures it)."""
 
     name: str
-    reads: str  # its inputs: "texts" (the probe sentences) or "pairs" (the STS sentence pairs)
+    # its inputs: "texts" (the probe sentences), "pairs" (the STS sentence pairs), "lm_texts" (general prose,
+    # a causal LM's) or "choices" (multiple-choice items, a causal LM's)
+    reads: str
     measures: tuple[str, ...]  # the scalar fields it writes to a probe record: usable as --metric
     skill: str | None = None  # its retained-skill ratio, the probe figure's panel (b) when the runs have it
     skill_title: str | None = None
@@ -195,8 +197,12 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
           raw=("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")),
     Probe("kl", "lm_texts", ("kl", "kl_kept"), skill="kl_kept", skill_title="next-token agreement exp(−KL(θ*‖θ))",
           lower_is_better=("kl",), raw=("kl",)),
+    Probe("choice", "choices", ("choice_acc", "choice_acc_ref", "choice_kept"), skill="choice_kept",
+          skill_title="multiple-choice skill kept above chance"),
 )}
 PROBE_NAMES = tuple(PROBES)
+# The probes that read a causal LM's next-token logits (the whole *ForCausalLM, not its encoder).
+CAUSAL_PROBES = tuple(p.name for p in PROBES.values() if p.reads in ("lm_texts", "choices"))
 # What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
 # recipe names lm and kl, recipes/smollm2_sst2.yaml).
 DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")

@@ -79,7 +79,7 @@ def test_every_probe_measure_is_a_report_metric(tmp_path):
 
     from recall_cli.cli import app
 
-    assert all(p.reads in ("texts", "pairs", "lm_texts") for p in names.PROBES.values())
+    assert all(p.reads in ("texts", "pairs", "lm_texts", "choices") for p in names.PROBES.values())
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("model: {name_or_path: x}\ntask: {name: sst2}\noptimizer: {name: adamw}\n")

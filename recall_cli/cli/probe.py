@@ -41,9 +41,10 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm and kl: a causal LM's).")] = ",".join(DEFAULT_PROBES),
+    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's).")] = ",".join(DEFAULT_PROBES),
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
+    choices: Annotated[Optional[Path], typer.Option(help="The choice probe's items: JSONL of prompt, choices, answer (default: data/probe/lm_choice.jsonl).")] = None,
     num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,
     num_pairs: Annotated[Optional[int], typer.Option(min=3, help="A fixed seeded sample of N pairs (default: all).")] = None,
     max_length: Annotated[int, typer.Option(min=8, help="Tokens per sentence.")] = 128,
@@ -62,7 +63,7 @@ def probe(
         names = [p.strip() for p in probes.split(",") if p.strip()]
         check_device(device)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
-                             num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
+                             choices_file=choices, num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
                              batch_size=batch_size, device=device)
         if as_json:
             typer.echo(dumps_json(rows))

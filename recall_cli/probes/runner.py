@@ -10,6 +10,8 @@ at construction); ``measure(model)`` runs θ and returns one flat record, one fi
     sts_pairs                    how many STS pairs they rest on
     mlm_loss, mlm_loss_ref, mlm_ratio   θ's encoder under θ*'s MLM head, θ*'s own loss, ratio
     lm_loss, lm_ppl, lm_kept, kl, kl_kept   a causal LM's, on general prose (probes/lm.py)
+    choice_acc, choice_acc_ref, choice_chance, choice_kept, choice_items   a causal LM's multiple-choice
+                                 skill by log-likelihood (probes/choice.py)
     probe_seconds                wall time of the measurement
 
 Representations are each sentence's hidden states mean-pooled over its non-padding tokens, in
@@ -31,6 +33,7 @@ from torch import Tensor
 from .. import names
 from . import measures
 from ..errors import ProbeError
+from .choice import ChoiceBatches, ChoiceSet, choice_record, choice_side, load_choices
 from .lm import has_lm_head, lm_record, lm_side
 from .sets import DEFAULT_LM_TEXTS, PairSet, load_pairs, load_texts
 
@@ -44,10 +47,11 @@ class ProbeInputs:
     pairs: PairSet | None
     notes: list[str] = field(default_factory=list)
     lm_texts: list[str] = field(default_factory=list)  # a causal LM's probes: general prose
+    choices: ChoiceSet | None = None  # the choice probe's items
 
 
 def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | None, num_texts: int | None,
-                num_pairs: int | None) -> ProbeInputs:
+                num_pairs: int | None, choices_file: str | None = None) -> ProbeInputs:
     unknown = [p for p in probes if p not in names.PROBE_NAMES]
     if unknown:
         raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(names.PROBE_NAMES)}")
@@ -57,11 +61,12 @@ def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | Non
     texts = load_texts(texts_file, num_texts) if "texts" in reads else []
     pairs = load_pairs(pairs_file, num_pairs) if "pairs" in reads else None
     lm_texts = load_texts(texts_file or DEFAULT_LM_TEXTS, num_texts) if "lm_texts" in reads else []
+    choices = load_choices(choices_file) if "choices" in reads else None
     notes = []
     if pairs is not None and float(pairs.gold.min()) == float(pairs.gold.max()):  # the file's do differ (load_pairs)
         notes.append(f"sts: the {len(pairs)} pairs sampled from {pairs.source} all score {pairs.gold[0]:g}: "
                      "no Spearman correlation (sample more pairs)")
-    return ProbeInputs(texts, pairs, notes, lm_texts)
+    return ProbeInputs(texts, pairs, notes, lm_texts, choices)
 
 
 def check_size(flag: str, value: int | None, least: int, optional: bool = False) -> None:
@@ -196,12 +201,15 @@ class Prober:
             else:
                 self.mlm_head = copy.deepcopy(mlm_head).to(device).eval()  # θ*'s head, never trained
                 self.masked = _masked_batches(self.texts, tokenizer)
-        lm = [p for p in ("lm", "kl") if p in self.probes]
-        if lm and not has_lm_head(theta_star):
-            self.notes.append(f"{', '.join(lm)}: skipped, {type(theta_star).__name__} is not a causal LM")
-            self.probes = [p for p in self.probes if p not in lm]
-        elif lm:
+        causal = [p for p in names.CAUSAL_PROBES if p in self.probes]
+        if causal and not has_lm_head(theta_star):
+            self.notes.append(f"{', '.join(causal)}: skipped, {type(theta_star).__name__} is not a causal LM")
+            self.probes = [p for p in self.probes if p not in causal]
+        if "lm" in self.probes or "kl" in self.probes:
             self.lm_texts = _Batches(tokenizer, inputs.lm_texts, max_length, batch_size)
+        self.n_choices = len(inputs.choices) if "choice" in self.probes else 0
+        if self.n_choices:
+            self.choices = ChoiceBatches(tokenizer, inputs.choices, max_length, batch_size)
         self.ref = self._features(theta_star)
 
     # ---- one model's side ----
@@ -222,6 +230,9 @@ class Prober:
         if "lm" in self.probes or "kl" in self.probes:
             with evaluating(model):
                 feats["lm"] = lm_side(model, self.lm_texts, self.device)
+        if "choice" in self.probes:
+            with evaluating(model):
+                feats["choice"] = choice_side(model, self.choices, self.device)
         return feats
 
     def _mlm_loss(self, encoder: torch.nn.Module) -> float:
@@ -256,6 +267,8 @@ class Prober:
             record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])
         if "lm" in mine:
             record.update(lm_record(mine["lm"], self.ref["lm"], self.probes))
+        if "choice" in mine:
+            record.update(choice_record(mine["choice"], self.ref["choice"], self.choices.items))
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
         return record
 
@@ -291,7 +304,8 @@ def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor]
     computing θ*'s side (so it works under RI, and on resume from the saved θ*).
     ``training_texts``: the task's training sentences as the run loaded them (read again when not given)."""
     cfg = recipe.probe
-    inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs)
+    inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs,
+                         cfg.choices_file)
     if training_texts is None:
         training_texts = task_sentences(recipe.task)
     if training_texts:

@@ -47,7 +47,8 @@ def resolve_target(text: str, against: str | None = None) -> Target:
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str], texts_file: str | None = None,
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
-                  max_length: int = 128, batch_size: int = 64, device: str = "auto") -> list[dict[str, Any]]:
+                  max_length: int = 128, batch_size: int = 64, device: str = "auto",
+                  choices_file: str | None = None) -> list[dict[str, Any]]:
     """One record per target: {"target", "theta", "reference", measures..., "notes"}."""
     from ..model import load_tokenizer
     from ..runtime import resolve_device
@@ -55,7 +56,7 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     check_size("--max-length", max_length, 8)
     check_size("--batch-size", batch_size, 1)
     resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
-    inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs)
+    inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs, choices_file)
     dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
     for theta_star in dict.fromkeys(t.theta_star for t in resolved):
@@ -66,7 +67,8 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
-                                    "texts": prober.n_texts, "pairs": prober.n_pairs, **record,
+                                    "texts": prober.n_texts, "pairs": prober.n_pairs,
+                                    **({"choices": prober.n_choices} if prober.n_choices else {}), **record,
                                     "notes": list(prober.notes)}
             del theta
         del ref_model, prober
@@ -93,13 +95,13 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
 
 
 def load_probed(name: str, probes: list[str], trust_remote_code: bool = False) -> torch.nn.Module:
-    """The model a probe reads: the bare encoder, or with the lm and kl probes the whole causal LM (its
-    base model serves the encoder's probes)."""
+    """The model a probe reads: the bare encoder, or with a causal LM's probes (lm, kl, choice) the whole
+    causal LM (its base model serves the encoder's probes)."""
     from ..model import load_checkpoint_model, load_encoder
-    from ..names import custom_lm_task
+    from ..names import CAUSAL_PROBES, custom_lm_task
     from ..tasks import task_type_for
 
-    if "lm" in probes or "kl" in probes:
+    if any(p in CAUSAL_PROBES for p in probes):
         return load_checkpoint_model(name, task_type_for(custom_lm_task()), trust_remote_code)
     return load_encoder(name, trust_remote_code)
 

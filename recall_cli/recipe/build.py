@@ -76,7 +76,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], notes: list[str] 
 
 # Input paths a recipe names: relative ones are read from the working directory, else beside the recipe.
 INPUT_PATHS = (("task", "data_dir"), ("task", "train_file"), ("task", "dev_file"), ("probe", "texts_file"),
-               ("probe", "pairs_file"))
+               ("probe", "pairs_file"), ("probe", "choices_file"))
 
 
 def _beside_recipe(raw: dict[str, Any], recipe_file: Path) -> None:

@@ -24,7 +24,7 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
 
     paths = {"output_dir": recipe.output_dir, "model.name_or_path": m.name_or_path, "task.data_dir": t.data_dir,
              "task.train_file": t.train_file, "task.dev_file": t.dev_file, "probe.texts_file": recipe.probe.texts_file,
-             "probe.pairs_file": recipe.probe.pairs_file}
+             "probe.pairs_file": recipe.probe.pairs_file, "probe.choices_file": recipe.probe.choices_file}
     for key, value in paths.items():  # first: the file checks below cannot even ask about such a path
         need(value is None or "\x00" not in value, f"{key}: a path cannot hold a NUL byte (\\0): remove it")
     if problems:
@@ -154,7 +154,7 @@ def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
     if p.every < 0:
         problems.append(f"probe.every: must be >= 0 (0: at each evaluation), got {p.every}")
     if check_files and p.enabled:
-        for key in ("texts_file", "pairs_file"):
+        for key in ("texts_file", "pairs_file", "choices_file"):
             path = getattr(p, key)
             if path is not None and not Path(path).is_file():
                 problems.append(f"probe.{key}: file not found: {path}")

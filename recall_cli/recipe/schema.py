@@ -159,6 +159,8 @@ class ProbeConfig:
     probes: list[str] = field(default_factory=lambda: list(DEFAULT_PROBES))  # the encoder's; a causal LM's: lm, kl
     texts_file: str | None = None  # null: data/probe/texts.txt (general-domain sentences)
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
+    # The choice probe's items, JSONL of {"prompt", "choices", "answer"}; null: data/probe/lm_choice.jsonl
+    choices_file: str | None = field(default=None, metadata=WHEN_SET)
     num_texts: int | None = 128  # first N probe sentences; null = all
     # A fixed seeded sample of N pairs; null = all 1,500, the default: a sample of 256 moves the kept skill by points,
     # enough to cross a bar (a probe on all of them costs ~4x: benchmarks/probe_cost.py).

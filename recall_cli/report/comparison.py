@@ -243,7 +243,7 @@ def find_reference(groups: list[Group], text: str) -> Group:
 
 # The kept skill an --against table adds an interval for: the encoder's STS probe, else a causal LM's lm probe
 # (general prose's loss under theta* over theta's), else its kl probe; the first one the runs record.
-KEPT_MEASURES = ("sts_retained", "lm_kept", "kl_kept")
+KEPT_MEASURES = ("sts_retained", "lm_kept", "kl_kept", "choice_kept")
 
 
 def add_against(result: Comparison, runs: list[Run], setting: str, level: float = 0.95,

@@ -123,7 +123,7 @@ def probe_plain(rows: list[dict[str, Any]]):
                    *(Column(name, right=True) for name in _LM_COLUMNS)]
         return PlainTable("a causal LM's probes against theta* (kept: 1 is theta*'s own)", columns,
                           [[r["target"], r["reference"], *_lm_cells(r)] for r in rows],
-                          {(i, c) for i in range(len(rows)) for c in (4, 6)})
+                          {(i, c) for i in range(len(rows)) for c in (4, 6, 8)})
     columns = [Column("target", soft=28, least=12, cut="start"), Column("theta*", soft=16, least=8, cut="start", drop=6),
                Column("STS", right=True, drop=3), Column("kept", right=True), Column("CKA", right=True),
                Column("CKA-d", right=True, drop=5), Column("drift", right=True, drop=2), Column("MLM", right=True, drop=4),
@@ -149,17 +149,18 @@ def probe_table(rows: list[dict[str, Any]]):
                     _num(r.get("mlm_loss")), _bold(r.get("mlm_ratio"))] for r in rows])
 
 
-_LM_COLUMNS = ("LM loss", "ref loss", "kept", "KL", "kept")
+_LM_COLUMNS = ("LM loss", "ref loss", "kept", "KL", "kept", "choice", "kept")
 
 
 def _lm(rows: list[dict[str, Any]]) -> bool:
-    """Rows of the lm and kl probes alone (a causal LM's): their own columns."""
-    return any("lm_loss" in r or "kl" in r for r in rows) and not any("sts" in r or "cka" in r for r in rows)
+    """Rows of a causal LM's probes alone (lm, kl, choice): their own columns."""
+    return (any("lm_loss" in r or "kl" in r or "choice_acc" in r for r in rows)
+            and not any("sts" in r or "cka" in r for r in rows))
 
 
 def _lm_cells(r: dict[str, Any]) -> list[str]:
     return [_num(r.get("lm_loss")), _num(r.get("lm_loss_ref")), _num(r.get("lm_kept")), _num(r.get("kl"), ".4f"),
-            _num(r.get("kl_kept"))]
+            _num(r.get("kl_kept")), _num(r.get("choice_acc")), _num(r.get("choice_kept"))]
 
 
 def tradeoff_points(runs: list[Run], x: str, y: str, by: list[str],

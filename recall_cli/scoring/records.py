@@ -133,10 +133,11 @@ def _write_record(path: Path, out: Path, *, against: str | None, probe: bool, de
         cfg: ProbeConfig = recipe.probe
         probes = [p for p in cfg.probes if p != "mlm"]  # a classifier checkpoint has no MLM head to compare
         row = probe_targets([str(folder)], against=theta_star, probes=probes, texts_file=cfg.texts_file,
-                            pairs_file=cfg.pairs_file, num_texts=cfg.num_texts, num_pairs=cfg.num_pairs,
+                            pairs_file=cfg.pairs_file, choices_file=cfg.choices_file,
+                            num_texts=cfg.num_texts, num_pairs=cfg.num_pairs,
                             max_length=cfg.max_length, batch_size=cfg.batch_size, device=device)[0]
         probe_record = {"step": step, "split": "probe",
-                        **{k: v for k, v in row.items() if k not in ("target", "theta", "reference", "texts", "pairs", "notes")}}
+                        **{k: v for k, v in row.items() if k not in ("target", "theta", "reference", "texts", "pairs", "choices", "notes")}}
 
     raw["output_dir"] = str(out)
     raw[RECORD_SECTION] = {"checkpoint": str(folder), "against": theta_star, **_merge_section(folder, merge)}

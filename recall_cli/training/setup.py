@@ -290,7 +290,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     report.checks += tail
     if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
         p = recipe.probe
-        check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4),
+        check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4, p.choices_file),
               f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
     if not dry_run:
         for message in [f"preflight: {c.name}: {c.message}" for c in report.checks if c.status == "warn"]:
