@@ -166,3 +166,23 @@ def test_a_run_records_the_choice_probe_at_each_evaluation(tmp_path):
     assert all(r["choice_items"] == 20 for r in probes)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["probe"]["choice_acc"] == probes[-1]["choice_acc"]
+
+
+def test_forgetting_shows_a_causal_lm_s_probes_in_their_own_columns(tmp_path):
+    for name, kl, acc in (("a", 0.01, 0.8), ("b", 0.02, 0.7)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text("model: {name_or_path: x}\ntask: {name: sst2_lm}\noptimizer: {name: adamw}\n"
+                                         f"train: {{seed: {1 if name == 'a' else 2}}}\n")
+        probe = {"lm_loss": 4.0, "lm_loss_ref": 3.9, "lm_kept": 0.975, "kl": kl, "kl_kept": math.exp(-kl),
+                 "choice_acc": acc, "choice_acc_ref": 0.85, "choice_kept": (acc - 0.26) / (0.85 - 0.26)}
+        lines = [{"step": 0, "split": "probe", **probe, "kl": 0.0}, {"step": 8, "split": "train", "loss": 1.0},
+                 {"step": 8, "split": "eval", "exact_match": 0.8, "main": 0.8}, {"step": 8, "split": "probe", **probe}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = runner.invoke(app, ["forgetting", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                 str(tmp_path / "f.png")], env={"COLUMNS": "150"})
+    assert result.exit_code == 0, result.output
+    table = result.output[result.output.index("a causal LM's probes"):]
+    assert "STS" not in table and "choice" in table
+    row_b = next(line for line in table.splitlines() if line.strip("| ").startswith("b "))
+    assert "0.0200" in row_b and "0.700" in row_b and f"{(0.7 - 0.26) / 0.59:.3f}" in row_b

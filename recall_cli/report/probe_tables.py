@@ -62,7 +62,7 @@ def probe_rows(groups: list[CurveGroup]) -> list[dict[str, Any]]:
             row = {"run": str(run.path), "name": run.name, "label": group.label, "setting": setting,
                    "seed": run.settings.get("train.seed"),
                    "first_step": first["step"], "last_step": last["step"]}
-            for name in ("sts", "sts_retained", "mlm_ratio", "cka", "cka_debiased", "drift"):
+            for name in ("sts", "sts_retained", "mlm_ratio", "cka", "cka_debiased", "drift", *_LM_FIELDS):
                 row[name] = last.get(name)
             row["sts_start"] = first.get("sts")
             rows.append(row)
@@ -88,6 +88,9 @@ def _table(title: str, columns: tuple[str, ...], text_columns: int, rows: list[l
 def probe_rows_table(rows: list[dict[str, Any]]):
     from rich.markup import escape
 
+    if _lm_runs(rows):
+        return _table(_LM_RUNS_TITLE, ("run", "setting", "step", *_LM_COLUMNS), 2,
+                      [[escape(r["name"]), escape(r["label"]), str(r["last_step"]), *_lm_cells(r)] for r in rows])
     return _table("probes vs theta* at the last probed step (kept = STS rho ratio, MLM = loss ratio)",
                   ("run", "setting", "step", "STS", "kept", "MLM", "CKA", "CKA-d", "drift"), 2,
                   [[escape(r["name"]), escape(r["label"]), str(r["last_step"]), _num(r["sts"]), _bold(r["sts_retained"]),
@@ -102,6 +105,11 @@ def probe_rows_plain(rows: list[dict[str, Any]]):
     """probe_rows_table fitted to a terminal or a pipe (text.py): kept skill bold on a terminal only."""
     from .text import Column, PlainTable
 
+    if _lm_runs(rows):
+        columns = [Column("run", soft=20, least=10, cut="start"), Column("setting", soft=24, least=12),
+                   Column("step", right=True, drop=4), *(Column(name, right=True) for name in _LM_COLUMNS)]
+        return PlainTable(_LM_RUNS_TITLE, columns, [[r["name"], r["setting"], str(r["last_step"]), *_lm_cells(r)]
+                                                    for r in rows], {(i, c) for i in range(len(rows)) for c in (5, 7, 9)})
     columns = [Column("run", soft=20, least=10, cut="start"), Column("setting", soft=24, least=12),
                Column("step", right=True, drop=4), Column("STS", right=True, drop=3), Column("kept", right=True),
                Column("MLM", right=True, drop=5), Column("CKA", right=True), Column("CKA-d", right=True, drop=6),
@@ -150,6 +158,14 @@ def probe_table(rows: list[dict[str, Any]]):
 
 
 _LM_COLUMNS = ("LM loss", "ref loss", "kept", "KL", "kept", "choice", "kept")
+_LM_FIELDS = ("lm_loss", "lm_loss_ref", "lm_kept", "kl", "kl_kept", "choice_acc", "choice_kept")
+_LM_RUNS_TITLE = "a causal LM's probes vs theta* at the last probed step (kept: 1 is theta*'s own)"
+
+
+def _lm_runs(rows: list[dict[str, Any]]) -> bool:
+    """probe_rows of causal LMs alone: some LM measure, no encoder one."""
+    return (any(_finite(r.get(k)) for r in rows for k in ("lm_loss", "kl", "choice_acc"))
+            and not any(_finite(r.get(k)) for r in rows for k in ("sts", "cka")))
 
 
 def _lm(rows: list[dict[str, Any]]) -> bool:
