@@ -186,3 +186,11 @@ def test_forgetting_shows_a_causal_lm_s_probes_in_their_own_columns(tmp_path):
     assert "STS" not in table and "choice" in table
     row_b = next(line for line in table.splitlines() if line.strip("| ").startswith("b "))
     assert "0.0200" in row_b and "0.700" in row_b and f"{(0.7 - 0.26) / 0.59:.3f}" in row_b
+
+
+def test_preflight_names_the_files_the_probes_read():
+    from recall_cli.probes.runner import input_names
+
+    assert input_names(["lm", "kl", "choice"], None, None, None) == "the default LM prose and the default choice items"
+    assert input_names(["cka", "drift", "sts", "mlm"], None, None, None) == "the default texts and the default STS pairs"
+    assert input_names(["kl", "choice", "sts"], "mine.txt", None, "c.jsonl") == "mine.txt, c.jsonl and the default STS pairs"

@@ -69,6 +69,15 @@ def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | Non
     return ProbeInputs(texts, pairs, notes, lm_texts, choices)
 
 
+def input_names(probes: list[str], texts_file: str | None, pairs_file: str | None, choices_file: str | None) -> str:
+    """What ``probes`` read, in words: "the default texts and the default STS pairs", a user's file by its path."""
+    named = {"texts": texts_file or "the default texts", "pairs": pairs_file or "the default STS pairs",
+             "lm_texts": texts_file or "the default LM prose", "choices": choices_file or "the default choice items"}
+    reads = [named[names.PROBES[p].reads] for p in probes if p in names.PROBES]
+    parts = list(dict.fromkeys(reads))
+    return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts) or "nothing"
+
+
 def check_size(flag: str, value: int | None, least: int, optional: bool = False) -> None:
     """A count a user gave (the command line checks its own; this is for every other caller)."""
     if value is None and optional:

@@ -33,7 +33,7 @@ from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config
                      parameter_groups)
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
-from ..probes.runner import Prober, load_inputs as probe_inputs, prober_for_run
+from ..probes.runner import Prober, input_names, load_inputs as probe_inputs, prober_for_run
 from ..recipe import Recipe, dump_recipe
 from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
@@ -291,7 +291,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
         p = recipe.probe
         check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4, p.choices_file),
-              f"{p.texts_file or 'the default texts'} and {p.pairs_file or 'the default STS pairs'} read")
+              f"{input_names(list(p.probes), p.texts_file, p.pairs_file, p.choices_file)} read")
     if not dry_run:
         for message in [f"preflight: {c.name}: {c.message}" for c in report.checks if c.status == "warn"]:
             reporter.warn(message)
