@@ -143,3 +143,24 @@ def test_a_stopped_lm_run_resumes_to_the_uninterrupted_weights_and_records(runs,
         a, b = load_file(str(stopped / folder / "model.safetensors")), load_file(str(reference / folder / "model.safetensors"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), folder
     assert comparable(read_metrics(stopped)) == comparable(read_metrics(reference))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, model_section, adapter", [
+    ("pissa", {"lora": {"r": 4, "init": "pissa"}}, {"r": 8}),  # saved converted: rank 2r against θ* (peft)
+    ("corda", {"lora": {"r": 4, "init": "corda", "corda_samples": 16}}, {"r": 8}),
+    ("dora", {"lora": {"r": 4, "use_dora": True}}, {"r": 4, "use_dora": True}),
+    ("osf", {"osf": {"rank": 4}}, None),
+])
+def test_the_lora_variants_and_osf_train_a_causal_lm(runs, name, model_section, adapter):
+    from transformers import AutoModelForCausalLM
+
+    run = finetune(runs["tmp"], runs["model"], name, model=model_section, optimizer={"name": "adamw", "lr": 1e-2})
+    assert summary(run)["finished"] and summary(run)["method"]["names"] == ["osf" if name == "osf" else "lora"]
+    if adapter is not None:
+        saved = json.loads((run / "best" / "adapter" / "adapter_config.json").read_text())
+        assert saved["task_type"] == "CAUSAL_LM" and {k: saved[k] for k in adapter} == adapter
+    model = AutoModelForCausalLM.from_pretrained(run / "best")  # a plain folder, whatever trained it
+    base = AutoModelForCausalLM.from_pretrained(runs["model"])
+    weight = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(model.state_dict()[weight], base.state_dict()[weight])
