@@ -194,3 +194,18 @@ def test_preflight_names_the_files_the_probes_read():
     assert input_names(["lm", "kl", "choice"], None, None, None) == "the default LM prose and the default choice items"
     assert input_names(["cka", "drift", "sts", "mlm"], None, None, None) == "the default texts and the default STS pairs"
     assert input_names(["kl", "choice", "sts"], "mine.txt", None, "c.jsonl") == "mine.txt, c.jsonl and the default STS pairs"
+
+
+@pytest.mark.slow
+def test_recall_probe_measures_what_the_run_probed_unless_told(tmp_path):
+    model = tiny_llama_dir(tmp_path / "model")
+    recipe = lm_recipe(model, tmp_path / "out", train={"max_steps": 4, "eval_every": 4},
+                       probe={"enabled": True, "probes": ["kl", "choice"], "num_texts": 8})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    assert runner.invoke(app, ["finetune", str(tmp_path / "r.yaml"), "--plain"]).exit_code == 0
+    result = runner.invoke(app, ["probe", str(tmp_path / "out"), "--num-texts", "8", "--max-length", "64", "--json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)[0]
+    assert "choice_acc" in row and "kl" in row and "cka" not in row and "lm_loss" not in row
+    last = [r for r in read_metrics(tmp_path / "out") if r["split"] == "probe"][-1]
+    assert row["choice_acc"] == last["choice_acc"] and row["kl"] == pytest.approx(last["kl"], rel=1e-3)

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[str, typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's).")] = ",".join(DEFAULT_PROBES),
+    probes: Annotated[Optional[str], typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's). Default: what the runs' recipes probe when they agree (probe.probes), else {','.join(DEFAULT_PROBES)}.", show_default=False)] = None,
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
     choices: Annotated[Optional[Path], typer.Option(help="The choice probe's items: JSONL of prompt, choices, answer (default: data/probe/lm_choice.jsonl).")] = None,
@@ -60,7 +60,7 @@ def probe(
     def go() -> None:
         from ..probes.targets import probe_targets
 
-        names = [p.strip() for p in probes.split(",") if p.strip()]
+        names = None if probes is None else [p.strip() for p in probes.split(",") if p.strip()]
         check_device(device)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
                              choices_file=choices, num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,

@@ -23,6 +23,7 @@ class Target:
     name: str  # as the user gave it
     theta: str  # what is loaded as θ
     theta_star: str  # θ*
+    probes: tuple[str, ...] | None = None  # what its run's recipe probes (probe.probes), for a target in a run
 
 
 def resolve_target(text: str, against: str | None = None) -> Target:
@@ -33,19 +34,31 @@ def resolve_target(text: str, against: str | None = None) -> Target:
     if not Path(text).exists():
         return Target(text, text, against or text)  # pkg:, a hub id: its own θ* unless --against
     located = locate(text)
-    theta_star = against
+    theta_star, probes = against, None
+    config = read_yaml(located.run_dir / CONFIG_FILE) if located.run_dir is not None else {}
+    listed = (config.get("probe") or {}).get("probes")
+    if isinstance(listed, list) and listed and all(isinstance(p, str) for p in listed):
+        probes = tuple(listed)
     if theta_star is None and located.run_dir is not None:
-        config = read_yaml(located.run_dir / CONFIG_FILE)
         model = config.get("model") or {}
         theta_star = model.get("name_or_path")
         if not theta_star:
             raise ProbeError(f"{located.run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
         theta_star = model_location(theta_star, model.get("gguf_file"))
     theta = text if located.folder == Path(text) else str(located.folder)  # a folder named as the user wrote it
-    return Target(text, theta, theta_star or theta)
+    return Target(text, theta, theta_star or theta, probes)
 
 
-def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str], texts_file: str | None = None,
+def default_probes(resolved: list[Target]) -> list[str]:
+    """Without --probes: what the targets' runs probe when they all name the same (a causal LM's recipe: lm,
+    kl, choice), else the encoder's four."""
+    from ..names import DEFAULT_PROBES
+
+    named = {t.probes for t in resolved}
+    return list(named.pop()) if len(named) == 1 and None not in named else list(DEFAULT_PROBES)
+
+
+def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str] | None, texts_file: str | None = None,
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
                   max_length: int = 128, batch_size: int = 64, device: str = "auto",
                   choices_file: str | None = None) -> list[dict[str, Any]]:
@@ -56,6 +69,8 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     check_size("--max-length", max_length, 8)
     check_size("--batch-size", batch_size, 1)
     resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
+    if probes is None:
+        probes = default_probes(resolved)
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs, choices_file)
     dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
