@@ -148,7 +148,8 @@ def probe(
     fields of a row of `recall probe --json`: ``target`` (``name``), ``theta`` (None: in memory),
     ``reference`` (θ*), ``texts``, ``pairs``, ``cka``, ``cka_debiased``, ``cka_layers``,
     ``cka_debiased_layers``, ``drift``, ``sts``, ``sts_ref``, ``sts_retained``, ``mlm_loss``,
-    ``mlm_loss_ref``, ``mlm_ratio`` (each when its probe ran), ``probe_seconds`` and ``notes``. Runs on the
+    ``mlm_loss_ref``, ``mlm_ratio``, a causal LM's ``lm_*``, ``kl``, ``kl_kept`` and ``choice_*`` (``choices``: its
+    items file) (each when its probe ran), ``probe_seconds`` and ``notes``. Runs on the
     model's device; leaves its mode (train/eval) as it was. ``progress``: a line on stderr before (what it
     reads) and after (how long it took): a probe of every sentence at 128 tokens is minutes on a CPU.
     """
