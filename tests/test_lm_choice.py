@@ -110,7 +110,7 @@ def test_a_bad_item_is_named_by_its_line(tmp_path, line, says):
     path.write_text(path.read_text() + line + "\n", encoding="utf-8")
     with pytest.raises(ProbeError) as err:
         load_choices(path)
-    assert f"c.jsonl:3: " in str(err.value) and says in str(err.value)
+    assert "c.jsonl:3: " in str(err.value) and says in str(err.value)
 
 
 def test_too_few_items_a_missing_file_and_latin1_are_refused(tmp_path):

@@ -61,13 +61,11 @@ def summary(env: dict[str, str]) -> str:
     for metric in ("exact_match", "kl", *KEPT, "choice_acc"):
         for g in json.loads(compare(metric, "json", env)):
             groups.setdefault(g["name"], {"n": g["n"]})[metric] = g
-    unknown = [name for name in groups if name not in ORDER]
-    if unknown:
-        raise SystemExit(f"error: {RUNS} holds settings this report does not name: {unknown}")
+    names = sorted(groups, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
     lines = ["| setting (n = 3) | exact match ×100 | Δ [95 % CI] | `kl` ×1000 | Δ `kl` [95 % CI] | `lm_kept` ×100 | "
              "`choice_acc` ×100 | `choice_kept` ×100 | Δ `choice_kept` [95 % CI] |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in (n for n in ORDER if n in groups):
+    for name in names:
         g = groups[name]
         em, kl, choice = g["exact_match"], g["kl"], g["choice_kept"]
         against = lambda m: None if g[m]["against"].get("reference") else g[m]["against"].get(m)  # noqa: E731
