@@ -203,9 +203,15 @@ def test_recall_probe_measures_what_the_run_probed_unless_told(tmp_path):
                        probe={"enabled": True, "probes": ["kl", "choice"], "num_texts": 8})
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     assert runner.invoke(app, ["finetune", str(tmp_path / "r.yaml"), "--plain"]).exit_code == 0
-    result = runner.invoke(app, ["probe", str(tmp_path / "out"), "--num-texts", "8", "--max-length", "64", "--json"])
+    result = runner.invoke(app, ["probe", str(tmp_path / "out"), "--json"])  # the run's probes, 8 texts, 64 tokens
     assert result.exit_code == 0, result.output
     row = json.loads(result.output)[0]
-    assert "choice_acc" in row and "kl" in row and "cka" not in row and "lm_loss" not in row
+    assert "choice_acc" in row and "kl" in row and "cka" not in row and "lm_loss" not in row and row["texts"] == 8
+    assert "as the runs' recipes probe (probe.probes=kl,choice, probe.num_texts=8, probe.max_length=64)" in row["notes"][-1]
     last = [r for r in read_metrics(tmp_path / "out") if r["split"] == "probe"][-1]
-    assert row["choice_acc"] == last["choice_acc"] and row["kl"] == pytest.approx(last["kl"], rel=1e-3)
+    assert row["choice_acc"] == last["choice_acc"] and row["kl"] == pytest.approx(last["kl"], rel=1e-5)
+    told = json.loads(runner.invoke(app, ["probe", str(tmp_path / "out"), "--probes", "kl", "--num-texts", "4",
+                                          "--json"]).output)[0]
+    assert "choice_acc" not in told and told["texts"] == 4 and told["kl"] != row["kl"]  # a flag wins over the run's
+    mixed = runner.invoke(app, ["probe", str(model), str(tmp_path / "out"), "--probes", "kl", "--json"])
+    assert json.loads(mixed.output)[1]["texts"] == 60  # a model name beside the run: the command's defaults

@@ -41,18 +41,21 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[Optional[str], typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's). Default: what the runs' recipes probe when they agree (probe.probes), else {','.join(DEFAULT_PROBES)}.", show_default=False)] = None,
+    probes: Annotated[Optional[str], typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's; default: {','.join(DEFAULT_PROBES)}).", show_default=False)] = None,
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
     choices: Annotated[Optional[Path], typer.Option(help="The choice probe's items: JSONL of prompt, choices, answer (default: data/probe/lm_choice.jsonl).")] = None,
     num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,
     num_pairs: Annotated[Optional[int], typer.Option(min=3, help="A fixed seeded sample of N pairs (default: all).")] = None,
-    max_length: Annotated[int, typer.Option(min=8, help="Tokens per sentence.")] = 128,
+    max_length: Annotated[Optional[int], typer.Option(min=8, help="Tokens per sentence (default: 128).", show_default=False)] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 64,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio.
+
+    When every target is in a run directory and their recipes agree, what is not given here is taken from their
+    probe section (probes, files, sentences, pairs, tokens), so the numbers are their in-run probe's; a note says so.
 
     The table prints as compare's: up to 100 columns, plain text fitted to the width (long targets lose
     their start), the same on a terminal and in a pipe; --json for scripts."""
@@ -64,7 +67,7 @@ def probe(
         check_device(device)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
                              choices_file=choices, num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
-                             batch_size=batch_size, device=device)
+                             batch_size=batch_size, device=device, from_runs=True)
         if as_json:
             typer.echo(dumps_json(rows))
             return

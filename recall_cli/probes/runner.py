@@ -192,7 +192,8 @@ class Prober:
         self.device = device
         self.texts = _Batches(tokenizer, inputs.texts, max_length, batch_size) if inputs.texts else None
         self.pairs = inputs.pairs
-        self.n_texts, self.n_pairs = len(inputs.texts), len(inputs.pairs or ())
+        # the sentences the probes read: the encoder's texts, else a causal LM's prose
+        self.n_texts, self.n_pairs = len(inputs.texts) or len(inputs.lm_texts), len(inputs.pairs or ())
         if self.pairs is not None:
             # Each distinct sentence is encoded once; pairs index into them.
             unique = list(dict.fromkeys(self.pairs.first + self.pairs.second))

@@ -7,13 +7,15 @@ folder), which is its own θ* unless ``against`` names another. θ*'s side is co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..model import model_location, position_limit
+from ..names import DEFAULT_PROBES
+from ..recipe.schema import ProbeConfig
 from .runner import Prober, check_size, load_inputs, load_mlm_head
 from ..errors import ProbeError
 
@@ -23,7 +25,7 @@ class Target:
     name: str  # as the user gave it
     theta: str  # what is loaded as θ
     theta_star: str  # θ*
-    probes: tuple[str, ...] | None = None  # what its run's recipe probes (probe.probes), for a target in a run
+    probe: dict[str, Any] | None = None  # its run's recipe's probe section (schema defaults filled), in a run
 
 
 def resolve_target(text: str, against: str | None = None) -> Target:
@@ -34,11 +36,8 @@ def resolve_target(text: str, against: str | None = None) -> Target:
     if not Path(text).exists():
         return Target(text, text, against or text)  # pkg:, a hub id: its own θ* unless --against
     located = locate(text)
-    theta_star, probes = against, None
+    theta_star = against
     config = read_yaml(located.run_dir / CONFIG_FILE) if located.run_dir is not None else {}
-    listed = (config.get("probe") or {}).get("probes")
-    if isinstance(listed, list) and listed and all(isinstance(p, str) for p in listed):
-        probes = tuple(listed)
     if theta_star is None and located.run_dir is not None:
         model = config.get("model") or {}
         theta_star = model.get("name_or_path")
@@ -46,31 +45,48 @@ def resolve_target(text: str, against: str | None = None) -> Target:
             raise ProbeError(f"{located.run_dir / CONFIG_FILE}: no model.name_or_path to take θ* from: give --against MODEL")
         theta_star = model_location(theta_star, model.get("gguf_file"))
     theta = text if located.folder == Path(text) else str(located.folder)  # a folder named as the user wrote it
-    return Target(text, theta, theta_star or theta, probes)
+    section = config.get("probe") if located.run_dir is not None else None
+    probe = {**_PROBE_DEFAULTS, **section} if isinstance(section, dict) else ({**_PROBE_DEFAULTS} if config else None)
+    return Target(text, theta, theta_star or theta, probe)
 
 
-def default_probes(resolved: list[Target]) -> list[str]:
-    """Without --probes: what the targets' runs probe when they all name the same (a causal LM's recipe: lm,
-    kl, choice), else the encoder's four."""
-    from ..names import DEFAULT_PROBES
+# What `recall probe` takes from the targets' runs when it is not told and they all agree: their in-run probe
+# measured so, and the same settings give the same numbers (tests/test_lm_choice.py).
+FROM_RUNS = ("probes", "texts_file", "pairs_file", "choices_file", "num_texts", "num_pairs", "max_length")
+_PROBE_DEFAULTS = {key: value for key, value in asdict(ProbeConfig()).items() if key in FROM_RUNS}
 
-    named = {t.probes for t in resolved}
-    return list(named.pop()) if len(named) == 1 and None not in named else list(DEFAULT_PROBES)
+
+def run_settings(resolved: list[Target]) -> dict[str, Any]:
+    """The probe settings every target's run shares (none when a target is not in a run)."""
+    if not resolved or any(t.probe is None for t in resolved):
+        return {}
+    return {key: resolved[0].probe[key] for key in FROM_RUNS
+            if all(t.probe.get(key) == resolved[0].probe.get(key) for t in resolved)}
 
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str] | None, texts_file: str | None = None,
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
-                  max_length: int = 128, batch_size: int = 64, device: str = "auto",
-                  choices_file: str | None = None) -> list[dict[str, Any]]:
-    """One record per target: {"target", "theta", "reference", measures..., "notes"}."""
+                  max_length: int | None = 128, batch_size: int = 64, device: str = "auto",
+                  choices_file: str | None = None, from_runs: bool = False) -> list[dict[str, Any]]:
+    """One record per target: {"target", "theta", "reference", measures..., "notes"}. ``from_runs``: a
+    setting given as None is the targets' runs' own when they all share it (`recall probe` unless told),
+    else the command's default (the encoder's four probes, every sentence and pair, 128 tokens)."""
     from ..model import load_tokenizer
     from ..runtime import resolve_device
 
+    resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
+    shared = run_settings(resolved) if from_runs else {}
+    taken = [key for key, given in (("probes", probes), ("texts_file", texts_file), ("pairs_file", pairs_file),
+                                     ("choices_file", choices_file), ("num_texts", num_texts), ("num_pairs", num_pairs),
+                                     ("max_length", max_length)) if given is None and shared.get(key) is not None]
+    probes = probes if probes is not None else list(shared.get("probes") or DEFAULT_PROBES)
+    texts_file, pairs_file = texts_file or shared.get("texts_file"), pairs_file or shared.get("pairs_file")
+    choices_file = choices_file or shared.get("choices_file")
+    num_texts = num_texts if num_texts is not None else shared.get("num_texts")
+    num_pairs = num_pairs if num_pairs is not None else shared.get("num_pairs")
+    max_length = max_length if max_length is not None else shared.get("max_length", 128)
     check_size("--max-length", max_length, 8)
     check_size("--batch-size", batch_size, 1)
-    resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
-    if probes is None:
-        probes = default_probes(resolved)
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs, choices_file)
     dev = resolve_device(device, option="--device")
     results: dict[str, dict[str, Any]] = {}
@@ -84,7 +100,7 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs,
                                     **({"choices": prober.n_choices} if prober.n_choices else {}), **record,
-                                    "notes": list(prober.notes)}
+                                    "notes": list(prober.notes) + ([_taken_note(taken, shared)] if taken else [])}
             del theta
         del ref_model, prober
         if dev.type == "cuda":
@@ -133,3 +149,8 @@ def _check_same_shapes(theta: torch.nn.Module, theta_star: torch.nn.Module, targ
     for n in shared:
         if mine[n] != theirs[n]:
             raise ProbeError(f"{target.name}: {n} has shape {list(mine[n])}, θ* {target.theta_star} {list(theirs[n])}: {fix}")
+
+
+def _taken_note(taken: list[str], shared: dict[str, Any]) -> str:
+    said = ", ".join(f"{key}={','.join(shared[key]) if key == 'probes' else shared[key]}" for key in taken)
+    return f"as the runs' recipes probe (probe.{said.replace(', ', ', probe.')}): a flag sets another"
