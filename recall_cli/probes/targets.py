@@ -60,8 +60,19 @@ def run_settings(resolved: list[Target]) -> dict[str, Any]:
     """The probe settings every target's run shares (none when a target is not in a run)."""
     if not resolved or any(t.probe is None for t in resolved):
         return {}
-    return {key: resolved[0].probe[key] for key in FROM_RUNS
-            if all(t.probe.get(key) == resolved[0].probe.get(key) for t in resolved)}
+    return {key: resolved[0].probe[key] for key in FROM_RUNS if _fits(key, resolved[0].probe.get(key))
+            and all(t.probe.get(key) == resolved[0].probe.get(key) for t in resolved)}
+
+
+def _fits(key: str, value: Any) -> bool:
+    """A value of the type its key takes (a hand-edited config.yaml's other values are left to the flags' defaults)."""
+    if value is None:
+        return True
+    if key == "probes":
+        return isinstance(value, list) and bool(value) and all(isinstance(p, str) for p in value)
+    if key.endswith("_file"):
+        return isinstance(value, str)
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str] | None, texts_file: str | None = None,
@@ -152,5 +163,5 @@ def _check_same_shapes(theta: torch.nn.Module, theta_star: torch.nn.Module, targ
 
 
 def _taken_note(taken: list[str], shared: dict[str, Any]) -> str:
-    said = ", ".join(f"{key}={','.join(shared[key]) if key == 'probes' else shared[key]}" for key in taken)
-    return f"as the runs' recipes probe (probe.{said.replace(', ', ', probe.')}): a flag sets another"
+    said = ", ".join(f"probe.{key}={','.join(shared[key]) if key == 'probes' else shared[key]}" for key in taken)
+    return f"as the runs' recipes probe ({said}): a flag sets another"
