@@ -59,6 +59,7 @@ class Method:
     url: ClassVar[str] = ""
     switch: ClassVar[str]  # the dotted key whose value turns it on (0 / null / false = off) and is its strength
     keys: ClassVar[tuple[str, ...]] = ()  # every dotted key it reads (docs, sweeps)
+    reads: ClassVar[tuple[str, ...]] = ()  # keys it also reads that another method owns (and documents)
     cell: ClassVar[str] = ""  # a sweep cell's prefix for the switch: keep1.0, lp100, r8
     short: ClassVar[str | None] = None  # the switch's short name in compare --by / --where and labels: lora_r
     needs: ClassVar[str | None] = None  # what of theta* it keeps during training ("features"), or None
@@ -247,6 +248,14 @@ def active(values: Mapping[str, Any] | Any) -> list[Method]:
 def active_adapter(recipe: Any) -> Any:
     """The adapter a recipe turns on (methods/adapter.py), or None."""
     return next((m for m in active(recipe) if m.is_adapter), None)
+
+
+def inert_keys(values: Mapping[str, Any]) -> set[str]:
+    """The keys that only methods a run leaves off read (a vanilla run's keep.texts, a full fine-tune's
+    model.lora.alpha): not a setting of that run, so a report does not split or name runs by them."""
+    on = [m for m in methods() if m.strength(values)]
+    read = {key for m in on for key in (*m.keys, *m.reads)}
+    return {key for m in methods() if m not in on for key in (*m.keys, *m.reads) if key != m.switch and key not in read}
 
 
 def sections() -> dict[str, type]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ReportError
+from ..methods.registry import inert_keys
 from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
 from ..scoring.records import RECORD_PATH_KEYS
@@ -115,6 +116,7 @@ class Run:
     summary: Summary | None  # None: the run has not finished (or its summary.json cannot be read)
     records: list[dict[str, Any]]  # metrics.jsonl's records whose fields have the right types
     summary_problem: str | None = None  # why summary.json cannot be read (None: it can, or there is none)
+    inert: frozenset[str] = frozenset()  # keys only methods it left off read (None in settings): not its setting
 
     @property
     def task(self) -> str:
@@ -200,6 +202,8 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
     else:
         # Runs made before the floor existed ran without one: they group with recall_floor=0 runs.
         settings.setdefault("optimizer.recall_floor", 0.0)
+    inert = frozenset(inert_keys(settings) & set(settings))  # keys only methods it left off read
+    settings.update(dict.fromkeys(inert))
     summary, problem = read_summary_checked(path)
     if problem is not None:
         warn(f"{path / SUMMARY_FILE} cannot be read: {problem}: the run is read as unfinished")
@@ -216,7 +220,7 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
         warn(f"{path / METRICS_FILE}: {line}")
     if summary is None and not records and (problem or problems):
         raise ValueError(f"nothing in it can be read: no readable {SUMMARY_FILE}, no readable record in {METRICS_FILE}")
-    return Run(path, name, settings, summary, records, problem)
+    return Run(path, name, settings, summary, records, problem, inert)
 
 
 MAX_WARNINGS = 3  # per metrics.jsonl: then a count
@@ -335,8 +339,9 @@ def differing_keys(runs: list[Run]) -> list[str]:
 
 def _values(runs: list[Run], key: str) -> set[str]:
     # adamw's blank RecAdam-only keys are not a second value: vanilla runs do not split a k sweep.
+    # A method's keys in a run that leaves the method off (a vanilla run's model.lora.alpha) are no value either.
     return {_key(r.settings.get(key)) for r in runs
-            if not (key in RECADAM_ONLY_KEYS and is_vanilla(r.settings.get("optimizer.name")))}
+            if not (key in RECADAM_ONLY_KEYS and is_vanilla(r.settings.get("optimizer.name"))) and key not in r.inert}
 
 
 def _finite(value: Any) -> bool:

@@ -22,8 +22,8 @@ class NextTokenAnchorMethod(Method):
     paper = "LwF (Li & Hoiem 2016) on a causal LM's next-token distributions"
     url = "https://arxiv.org/abs/1606.09282"
     switch = "keep.next_token"
-    # It also reads keep.texts, keep.text_column and keep.batch_size, which the embedding anchor owns (and documents).
     keys = ("keep.next_token",)
+    reads = ("keep.texts", "keep.text_column", "keep.batch_size")  # the embedding anchor's (it documents them)
     cell = "lmkeep"
     short = "lm_keep"
     record_fields = ("loss_task", "loss_lm_keep", "lm_keep_weight")
