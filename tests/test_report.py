@@ -317,3 +317,25 @@ def test_table_main_selects_the_best_setting_per_task_on_dev(tmp_path):
     assert table.exit_code == 0, table.output
     assert "| RecAdam | median | **86.0** | **66.0** | **76.0** |" in table.stdout
     assert "RecAdam / MRPC: optimizer.anneal_k=0.5, optimizer.anneal_t0=250 (best median on dev of 3 settings)" in table.stdout
+
+
+def test_a_method_s_keys_do_not_name_the_runs_that_leave_it_off(tmp_path):
+    """A vanilla run's keep.texts and model.lora.alpha are read by no method it runs: beside an anchor on the
+    pool and a LoRA run they neither split nor name it (reports said 'vanilla fine-tuning, keep.texts=task,
+    keep.batch_size=0, model.lora.alpha=16, ...')."""
+    edits = {"vanilla": {}, "anchor": {"keep": {"embeddings": 1.0, "texts": "pool", "batch_size": 8}},
+             "lora": {"model": {"lora": {"r": 8, "alpha": 32}}}}
+    for name, sections in edits.items():
+        for seed in (1, 2):
+            run = fake_run(tmp_path, f"{name}_s{seed}", optimizer="adamw", seed=seed)
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            for section, values in sections.items():
+                for key, value in values.items():
+                    if isinstance(value, dict):
+                        config[section][key].update(value)
+                    else:
+                        config[section][key] = value
+            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = invoke("compare", str(tmp_path), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert sorted(g["name"] for g in json.loads(result.stdout)) == ["LoRA r=8", "embedding anchor 1", "vanilla fine-tuning"]
