@@ -463,5 +463,5 @@ def test_against_gives_a_causal_lms_kept_skill_its_interval():
     runs = Path(__file__).resolve().parents[1] / "docs" / "study" / "runs" / "lm_sst2"
     result = CliRunner().invoke(app, ["compare", str(runs), "--against", "vanilla"])
     assert result.exit_code == 0, result.output
-    assert result.output.count("Δ LM kept") == 2 and "of the kept skill (lm_kept x100)" in result.output
+    assert result.output.count("Δ LM kept") == 7 and "of the kept skill (lm_kept x100)" in result.output  # 8 settings
     assert "no interval for the kept skill" not in result.output

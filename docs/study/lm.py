@@ -1,10 +1,11 @@
 """SmolLM2 on sst2_lm (issue 43): what each method costs in exact match and keeps of θ*, from the committed records.
 
-    python docs/study/lm.py report      # tables, figures and docs/lm.md's summary from docs/study/runs/lm_sst2/
+    python docs/study/lm.py report      # tables, figures and docs/lm.md's summaries from docs/study/runs/lm_sst2*/
 
 The records (config.yaml, metrics.jsonl, summary.json; no weights) are those of the commands on
-docs/lm.md ("Three seeds, 40 steps"): per seed, vanilla (`adamw`), RecAdam with its floor, LoRA r = 8,
-the LM anchor, and WiSE-FT 0.5 and RECALL merges of each vanilla run with θ*. Every number here comes from
+docs/lm.md: "Three seeds, 40 steps" (lm_sst2/: per seed, vanilla (`adamw`), RecAdam with its floor, LoRA
+r = 8, the LM anchor, and WiSE-FT and RECALL merges of each vanilla run with θ*) and "100 steps"
+(lm_sst2_100/: vanilla and the LM anchor). Every number here comes from
 `recall compare` and `recall tradeoff` on those folders; nothing is chosen on the scored rows (each
 family runs at one setting, named in the table), so the table carries no pick.
 """
@@ -18,19 +19,19 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = Path("docs/study/runs/lm_sst2")
+STUDIES = ("lm_sst2", "lm_sst2_100")  # folders under docs/study/runs/, each a table on docs/lm.md
 TABLES = Path("docs/study/tables")
 FIGURES = Path("docs/figures")
 PAGE = Path("docs/lm.md")
-START = "<!-- lm_sst2_summary: start (python docs/study/lm.py report writes this part) -->"
-END = "<!-- lm_sst2_summary: end -->"
 # The kept shares, each against θ*: the prose's loss, the next-token KL, the multiple-choice skill above chance.
 KEPT = ("lm_kept", "kl_kept", "choice_kept")
-ORDER = ("vanilla fine-tuning", "RecAdam floor 0.005", "LoRA r=8", "LM anchor 1", "WiSE-FT α=0.5", "RECALL")
+# Rows in this order, by the name's first part (the setting before any ", lr=..."); others after, by name.
+ORDER = ("vanilla fine-tuning", "RecAdam floor 0.005", "LoRA r=8", "LM anchor 1", "WiSE-FT α=0.75", "WiSE-FT α=0.5",
+         "WiSE-FT α=0.25", "RECALL with θ*")
 
 
-def compare(metric: str, fmt: str, env: dict[str, str]) -> str:
-    command = ["recall", "compare", str(RUNS), "--metric", metric, "--against", "vanilla", "--stats", "median,mean",
+def compare(runs: Path, metric: str, fmt: str, env: dict[str, str]) -> str:
+    command = ["recall", "compare", str(runs), "--metric", metric, "--against", "vanilla", "--stats", "median,mean",
                "--format", fmt]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -38,9 +39,9 @@ def compare(metric: str, fmt: str, env: dict[str, str]) -> str:
     return (f"<!-- {' '.join(command)} -->\n" if fmt == "markdown" else "") + done.stdout
 
 
-def figure(kept: str, env: dict[str, str]) -> None:
-    out = FIGURES / f"lm_sst2_tradeoff_{kept}.png"
-    command = ["recall", "tradeoff", str(RUNS), "--x", "exact_match", "--y", kept, "--out", str(out)]
+def figure(study: str, kept: str, env: dict[str, str]) -> None:
+    out = FIGURES / f"{study}_tradeoff_{kept}.png"
+    command = ["recall", "tradeoff", str(Path("docs/study/runs") / study), "--x", "exact_match", "--y", kept, "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(command)}: {done.stderr.strip()}")
@@ -56,12 +57,13 @@ def interval(d: dict | None, scale: float = 100, digits: int = 1) -> str:
             f"{scale * d['high']:+.{digits}f}]")
 
 
-def summary(env: dict[str, str]) -> str:
+def summary(runs: Path, env: dict[str, str]) -> str:
     groups: dict[str, dict] = {}
     for metric in ("exact_match", "kl", *KEPT, "choice_acc"):
-        for g in json.loads(compare(metric, "json", env)):
+        for g in json.loads(compare(runs, metric, "json", env)):
             groups.setdefault(g["name"], {"n": g["n"]})[metric] = g
-    names = sorted(groups, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
+    first = lambda name: name.split(", ")[0]  # noqa: E731
+    names = sorted(groups, key=lambda name: (ORDER.index(first(name)) if first(name) in ORDER else len(ORDER), name))
     lines = ["| setting (n = 3) | exact match ×100 | Δ [95 % CI] | `kl` ×1000 | Δ `kl` [95 % CI] | `lm_kept` ×100 | "
              "`choice_acc` ×100 | `choice_kept` ×100 | Δ `choice_kept` [95 % CI] |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -79,21 +81,28 @@ def report() -> int:
     env = {**os.environ, "COLUMNS": "200"}
     os.chdir(REPO)
     TABLES.mkdir(parents=True, exist_ok=True)
-    for metric in ("exact_match", "kl", *KEPT):
-        out = TABLES / f"lm_sst2_{metric}.md"
-        out.write_text(compare(metric, "markdown", env), encoding="utf-8")
-        print(f"wrote {out}")
-    for kept in ("kl_kept", "choice_kept"):
-        figure(kept, env)
-    text = summary(env)
-    (TABLES / "lm_sst2_summary.md").write_text(text, encoding="utf-8")
     body = PAGE.read_text(encoding="utf-8")
-    if START not in body or END not in body:
-        print(f"error: {PAGE} has no {START} ... {END} markers", file=sys.stderr)
-        return 1
-    head, rest = body.split(START, 1)
-    PAGE.write_text(f"{head}{START}\n{text}{END}{rest.split(END, 1)[1]}", encoding="utf-8")
-    print(f"wrote the summary into {PAGE}")
+    for study in STUDIES:
+        runs = Path("docs/study/runs") / study
+        if not runs.is_dir():
+            print(f"skipped {study}: no records", file=sys.stderr)
+            continue
+        for metric in ("exact_match", "kl", *KEPT):
+            out = TABLES / f"{study}_{metric}.md"
+            out.write_text(compare(runs, metric, "markdown", env), encoding="utf-8")
+            print(f"wrote {out}")
+        for kept in ("kl_kept", "choice_kept"):
+            figure(study, kept, env)
+        text = summary(runs, env)
+        (TABLES / f"{study}_summary.md").write_text(text, encoding="utf-8")
+        start, end = f"<!-- {study}_summary: start (python docs/study/lm.py report writes this part) -->", f"<!-- {study}_summary: end -->"
+        if start not in body or end not in body:
+            print(f"error: {PAGE} has no {start} ... {end} markers", file=sys.stderr)
+            return 1
+        head, rest = body.split(start, 1)
+        body = f"{head}{start}\n{text}{end}{rest.split(end, 1)[1]}"
+    PAGE.write_text(body, encoding="utf-8")
+    print(f"wrote the summaries into {PAGE}")
     return 0
 
 
