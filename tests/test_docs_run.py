@@ -63,6 +63,8 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
     ("docs/lm.md", 10, "recall merge smollm2", ELSEWHERE, "after block 9's runs; merges of causal LMs: tests/test_lm_methods.py"),
     ("docs/lm.md", 11, 'C="train.max_steps=40', ELSEWHERE,
      "the page's three-seed SmolLM2 measurement (about an hour on a CPU); its records are docs/study/runs/lm_sst2"),
+    ("docs/lm.md", 12, 'C="train.max_steps=100', ELSEWHERE,
+     "the page's 100-step SmolLM2 runs (about 45 minutes on a CPU); its records are docs/study/runs/lm_sst2_100"),
     ("docs/commands/evaluate.md", 0, "recall evaluate PATH", OUTPUT, "synopsis: its options exist"),
     ("docs/commands/evaluate.md", 1, "recall evaluate runs/quickstart", RUN, "after the quick start"),
     ("docs/commands/evaluate.md", 2, "recall merge pkg:", RUN, "after the quick start's vanilla run"),

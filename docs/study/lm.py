@@ -64,14 +64,14 @@ def summary(runs: Path, env: dict[str, str]) -> str:
             groups.setdefault(g["name"], {"n": g["n"]})[metric] = g
     first = lambda name: name.split(", ")[0]  # noqa: E731
     names = sorted(groups, key=lambda name: (ORDER.index(first(name)) if first(name) in ORDER else len(ORDER), name))
-    lines = ["| setting (n = 3) | exact match ×100 | Δ [95 % CI] | `kl` ×1000 | Δ `kl` [95 % CI] | `lm_kept` ×100 | "
+    lines = ["| setting | n | exact match ×100 | Δ [95 % CI] | `kl` ×1000 | Δ `kl` [95 % CI] | `lm_kept` ×100 | "
              "`choice_acc` ×100 | `choice_kept` ×100 | Δ `choice_kept` [95 % CI] |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         g = groups[name]
         em, kl, choice = g["exact_match"], g["kl"], g["choice_kept"]
         against = lambda m: None if g[m]["against"].get("reference") else g[m]["against"].get(m)  # noqa: E731
-        lines.append(f"| {name} | {100 * em['mean']:.1f} ± {100 * em['std']:.1f} | {interval(against('exact_match'))} | "
+        lines.append(f"| {name} | {g['n']} | {100 * em['mean']:.1f} ± {100 * em['std']:.1f} | {interval(against('exact_match'))} | "
                      f"{1000 * kl['mean']:.2f} | {interval(against('kl'), 1000, 2)} | {100 * g['lm_kept']['mean']:.2f} | "
                      f"{100 * g['choice_acc']['mean']:.1f} | {100 * choice['mean']:.1f} | {interval(against('choice_kept'))} |")
     return "\n".join(lines) + "\n"
