@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ProbeError
+from .sets import read_lines
 
 DEFAULT_CHOICES = Path(__file__).resolve().parents[2] / "data" / "probe" / "lm_choice.jsonl"
 FIX = 'one JSON object a line: {"prompt": "...", "choices": [" a", " b"], "answer": 0}'
@@ -47,12 +48,7 @@ class ChoiceSet:
 def load_choices(path: str | Path | None) -> ChoiceSet:
     """The items of a JSONL file (the bundled ones by default); each line checked, the first bad one named."""
     path = Path(path) if path else DEFAULT_CHOICES
-    if not path.is_file():
-        raise ProbeError(f"multiple-choice file not found: {path} (probe.choices_file: {FIX})")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise ProbeError(f"{path}: not UTF-8 text (byte {exc.start}): save the items as UTF-8, {FIX}") from None
+    lines = read_lines(path, "multiple-choice file", f"probe.choices_file: {FIX}", f"the items as UTF-8, {FIX}")
     prompts, choices, answers = [], [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

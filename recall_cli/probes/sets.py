@@ -38,16 +38,22 @@ class PairSet:
         return len(self.first)
 
 
+def read_lines(path: Path, what: str, key_fix: str, save_as: str) -> list[str]:
+    """A probe file's lines; a missing file or one not in UTF-8 is one ProbeError naming it and the fix."""
+    if not path.is_file():
+        raise ProbeError(f"{what} not found: {path} ({key_fix})")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ProbeError(f"{path}: not UTF-8 text (byte {exc.start}): save {save_as}") from None
+
+
 def load_texts(path: str | Path | None, limit: int | None = None) -> list[str]:
     """The first ``limit`` non-blank lines of a UTF-8 text file (the default file is shuffled, so
     any first N lines are a fair sample)."""
     path = Path(path) if path else DEFAULT_TEXTS
-    if not path.is_file():
-        raise ProbeError(f"probe texts file not found: {path} (probe.texts_file: a .txt file, one sentence a line)")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise ProbeError(f"{path}: not UTF-8 text (byte {exc.start}): save the probe texts as UTF-8, one sentence a line") from None
+    lines = read_lines(path, "probe texts file", "probe.texts_file: a .txt file, one sentence a line",
+                       "the probe texts as UTF-8, one sentence a line")
     texts = [" ".join(line.split()) for line in lines if line.strip()]
     if len(texts) < 4:
         raise ProbeError(f"{path}: {len(texts)} sentences; the probes need at least 4 (a few hundred is usual)")
