@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .methods import registry
+from .plugins import methods as registry
 from .rundir.layout import BEST_DIR, LP_DIR
 from .names import LM_TASKS, MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 from .tasks import TASK_TYPES, TaskType, task_for

@@ -214,38 +214,14 @@ PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 # recall's name on PyPI (pip install recall-finetune); the import package is recall_cli and the command
 # `recall`. "recall-cli" on PyPI is another project (a personal semantic memory system).
 DISTRIBUTION = "recall-finetune"
+# recall_cli.__version__ (pyproject.toml's): here, below the training code that records it in summary.json.
+VERSION = "0.1.0"
 
 
 def pip_extra(extra: str) -> str:
     """The pip command that installs one of recall's extras: pip install 'recall-finetune[mlflow]'."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
-
-# ---- experiment trackers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tracker:
-    """An experiment tracker that train.report_to names (the Hugging Face Trainer's names)."""
-
-    name: str
-    module: str  # what must import for it to work
-    extra: str  # pip install 'recall-finetune[<extra>]'
-    # recall's module that reports to it (recall_cli/trackers/<tracker_module>.py)
-    tracker_module: str = ""
-    # Starts a run on a server that may refuse it (a login): opened before the trackers that write
-    # locally, so that a refusal leaves nothing of them behind.
-    remote: bool = False
-
-
-TRACKERS: dict[str, Tracker] = {
-    t.name: t
-    for t in (
-        Tracker("tensorboard", "tensorboard", "tensorboard", "tensorboard_tracker"),
-        Tracker("wandb", "wandb", "wandb", "wandb_tracker", remote=True),
-        Tracker("mlflow", "mlflow", "mlflow", "mlflow_tracker"),
-    )
-}
 
 # ---- short names of recipe keys ------------------------------------------------------------------
 
@@ -284,7 +260,7 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
     KeyAlias("record.gamma_rule", "gamma", None),
 )
 # A method's switch has its short name and cell prefix in its registry entry (Method.short, Method.cell):
-# methods.registry.key_aliases() adds them to these two.
+# plugins.methods.key_aliases() adds them to these two.
 SHORT_KEYS = {a.short: a.key for a in KEY_ALIASES if a.short}  # "k" -> "optimizer.anneal_k"
 CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "train.seed" -> "s"
 

@@ -107,7 +107,7 @@ def test_register_method_from_the_library(monkeypatch):
     class Damp(Method):
         name, label, switch = "damp", "damping", "keep.embeddings"
 
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test
+    monkeypatch.setattr(registry._METHODS, "entries", dict(registry._METHODS.entries))  # undone after the test
     with pytest.raises(ValueError, match="its switch is taken by keep"):
         registry.register_method(Damp())
 

@@ -194,7 +194,7 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     warnings = schedule_warnings(recipe, total)
     methods = dry_run_lines(prepared)
     if not as_json:
-        from ..methods import registry
+        from ..plugins import methods as registry
 
         # λ(t)'s midpoint only where something reads it (RecAdam, or a method on its clock): an adamw run has none
         read = OPTIMIZERS[oc.name].anchored or any(m.reads_recall_schedule(recipe) for m in registry.active(recipe))

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ExitCode, exit_codes_help
-from ..merge import METHODS, Option, known_options
+from ..merge import Option, known_options
+from ..plugins.merges import merges
 from .common import JsonOpt, dumps_json, run_guarded
 
 MERGE_EXIT_CODES = exit_codes_help({
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
 def merge(
     models: Annotated[list[str], typer.Argument(help="Run directories (their best/) or save_pretrained folders, oldest first; pkg:MODULE for a packaged model.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="New folder: one model per input under it, plus merge.json.", show_default=False)],
-    method: Annotated[str, typer.Option(help=f"{', '.join(list(METHODS)[:-1])} or {list(METHODS)[-1]}.")] = "recall",
+    method: Annotated[str, typer.Option(help=f"{', '.join(list(merges())[:-1])} or {list(merges())[-1]}.")] = "recall",
     *,  # every method's options come here (_with_method_options)
     device: Annotated[str, typer.Option(help="RECALL representations and --evaluate: auto, cpu or cuda.")] = "auto",
     evaluate: Annotated[bool, typer.Option("--evaluate", help="Score every output and its source model on the source's task.")] = False,

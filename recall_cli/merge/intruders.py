@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
+from ..plugins.merges import register_merge
 from .base import Option, Versions, finite
 
 if TYPE_CHECKING:
@@ -167,3 +168,6 @@ def _reduce(lora: Source, theta: Source, mitigation_lambda: float, top_k: int, e
         raise MergeError(f"intruders: {lora.arg}'s adapter did not apply to {theta.arg} (no adapted layer, or other "
                          "tensor names): merge the LoRA run with the model it was trained from")
     return merged, found
+
+
+register_merge(IntruderReduction)

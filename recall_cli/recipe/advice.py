@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..methods.registry import active
+from ..plugins.methods import active
 from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
 from .schema import OptimizerConfig, Recipe
 

@@ -127,7 +127,7 @@ class TrainConfig:
     # The step under torch.compile: auto compiles where it is measured faster (docs/speed.md), off
     # never, on always (exit 2 with the reason when it cannot).
     compile: Literal["auto", "off", "on"] = "auto"
-    # Experiment trackers that get every metrics.jsonl record (names.TRACKERS; the Trainer's names).
+    # Experiment trackers that get every metrics.jsonl record (plugins/trackers.py; the Trainer's names).
     report_to: list[str] = field(default_factory=list)
     seed: int = 42
     log_every: int = 10
@@ -266,7 +266,7 @@ def all_keys() -> list[str]:
 
 def all_sections() -> dict[str, type]:
     """recall's sections, then the method plugins' (methods/registry.py), name -> dataclass."""
-    from ..methods.registry import sections
+    from ..plugins.methods import sections
 
     return {**SECTIONS, **sections()}
 

@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..merge.methods import METHODS as MERGE_METHODS
-from ..methods.registry import methods
+from ..plugins.merges import merges
+from ..plugins.methods import methods
 from ..names import INIT_TITLES, is_vanilla
 from .labels import METHOD_NAMES, _fmt_setting, group_label
 from .runs import label_names
@@ -223,7 +223,8 @@ def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) 
     """The merge part of a scored record's name, its rank's kind and its strength (α, τ or 0)."""
     method = full.get("record.merge")
     others = full.get("record.with") or []
-    title = MERGE_METHODS[method].title if method in MERGE_METHODS else str(method)
+    known = merges()
+    title = known[method].title if method in known else str(method)
     tau = full.get("record.temperature")
     details = []
     if method == "recall":

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ReportError
-from ..methods.registry import inert_keys
+from ..plugins.methods import inert_keys
 from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
 from ..scoring.records import RECORD_PATH_KEYS
@@ -64,7 +64,7 @@ LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 
 
 def short_keys() -> dict[str, str]:
-    from ..methods.registry import key_aliases
+    from ..plugins.methods import key_aliases
 
     return {**SHORT_KEYS, **key_aliases()[0]}
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from .. import __version__, card, rundir, trackers
+from .. import card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
-from ..methods import registry
-from ..names import OPTIMIZERS
+from ..plugins import methods as registry
+from ..names import OPTIMIZERS, VERSION
 from ..optim import distance_to_theta_star, recall_state
 from ..probes.runner import record_at
 from ..recipe import Recipe
@@ -395,7 +395,7 @@ class _Loop:
         dev = self.last_test if self.last_test is not None and self.last_test["step"] == step else None
         return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps, anneal_t0=t.plan.anneal_t0,
                                evaluation=dev or self.last_eval, probe=self.last_probe, distance=distance,
-                               version=__version__)
+                               version=VERSION)
 
     def save_last(self, step: int) -> None:
         t = self.t
@@ -492,7 +492,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
         device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compile_record.to_dict(),
-        versions={"recall": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+        versions={"recall": VERSION, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,

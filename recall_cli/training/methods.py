@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..methods import registry
-from ..methods.registry import MethodRun
+from ..plugins import methods as registry
+from ..plugins.methods import MethodRun
 from ..recipe import Recipe
 from ..tasks import Features
 
@@ -36,7 +36,7 @@ class RunView:
 
 def start_methods(view: RunView, on: tuple[registry.Method, ...]) -> list[MethodRun]:
     """Each method the recipe turns on (the plan's), started for this run, in registry order."""
-    return [run for run in (m.start(view) for m in on) if run is not None]
+    return [run for run in (registry.start(m, view) for m in on) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:

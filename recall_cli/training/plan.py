@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..methods import registry
-from ..methods.registry import Method
+from ..plugins import methods as registry
+from ..plugins.methods import Method
 from ..optim import RecallSchedule
 from ..recipe import Recipe
 

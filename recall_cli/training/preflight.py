@@ -28,7 +28,7 @@ from ..errors import PreflightError
 
 from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
-from ..methods import registry
+from ..plugins import methods as registry
 from ..recipe import Recipe
 from ..tasks import TaskType
 

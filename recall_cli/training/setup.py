@@ -26,9 +26,9 @@ import torch
 from .. import rundir, trackers
 from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
-from ..methods import registry
-from ..methods.adapter import Adapted
-from ..methods.registry import MethodRun
+from ..plugins import methods as registry
+from ..plugins.adapter import Adapted
+from ..plugins.methods import MethodRun
 from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
                      parameter_groups)
 from ..names import OPTIMIZERS, Task
@@ -277,10 +277,10 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
     adapter = next((m for m in on if m.is_adapter), None)
     # under train.epochs the recipe alone cannot know the run's steps
-    _method_problems([p for m in on for p in m.check_steps(recipe, total_steps)], report, dry_run)
+    _method_problems([p for m in on for p in registry.asked(m, "check_steps", recipe, total_steps)], report, dry_run)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
-    _method_problems([p for m in on for p in m.check_inputs(recipe, config)], report, dry_run)  # files, the model's layers
+    _method_problems([p for m in on for p in registry.asked(m, "check_inputs", recipe, config)], report, dry_run)  # files, the model's layers
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,

@@ -22,7 +22,7 @@ from ...recipe import Recipe
 from ...tasks import Examples, Features
 from ...tasks.batches import BatchOrder, pad_inputs, padded_length, tokenize
 from ...training.plan import recall_terms
-from ..registry import MethodRun
+from ...plugins.methods import MethodRun
 from . import texts as anchor_texts
 from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples, theta_star_copy
 

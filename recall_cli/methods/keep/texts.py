@@ -66,6 +66,13 @@ def check_source(keep: Any) -> list[str]:
     return problems
 
 
+def next_token_texts(keep: Any) -> Any:
+    """keep as the LM anchor (methods/lmkeep/) reads it: keep.texts=task (this anchor's default) means the pool."""
+    from dataclasses import replace
+
+    return replace(keep, texts=POOL) if keep.texts == TASK else keep
+
+
 def read_texts(keep: Any) -> list[str]:
     """The anchor's texts, whitespace-normalised, blank ones left out. PreflightError (one line naming
     the key, the file and the fix) for a file that is missing, not UTF-8, without the column, or empty."""

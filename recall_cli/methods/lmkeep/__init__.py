@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..keep.texts import POOL, TASK, check_source, source_words
-from ..registry import Family, Method, MethodRun, register_method
+from ..keep.texts import TASK, check_source, next_token_texts, source_words
+from ...plugins.methods import Family, Method, MethodRun, register_method
 
 
 class NextTokenAnchorMethod(Method):
@@ -31,7 +31,7 @@ class NextTokenAnchorMethod(Method):
 
     def describe(self, recipe: Any) -> str:
         """"LM anchor 0.5 (next-token KL on the general pool)"."""
-        return f"LM anchor {recipe.keep.next_token:g} (next-token KL on {source_words(_texts(recipe.keep))})"
+        return f"LM anchor {recipe.keep.next_token:g} (next-token KL on {source_words(next_token_texts(recipe.keep))})"
 
     def check(self, recipe: Any) -> list[str]:
         k = recipe.keep
@@ -75,7 +75,7 @@ def _probe_overlap(recipe: Any) -> list[str]:
     from ..keep.texts import read_texts
 
     try:
-        scored, anchored = load_texts(probe.texts_file or DEFAULT_LM_TEXTS), read_texts(_texts(recipe.keep))
+        scored, anchored = load_texts(probe.texts_file or DEFAULT_LM_TEXTS), read_texts(next_token_texts(recipe.keep))
     except RecallError:
         return []  # the probes and the anchor each report their own file
     shared = overlap(anchored, scored)
@@ -84,13 +84,6 @@ def _probe_overlap(recipe: Any) -> list[str]:
     return [f"keep.next_token: {shared} of the LM anchor's {len(anchored)} texts are texts the lm/kl probes score "
             f"({probe.texts_file or DEFAULT_LM_TEXTS}): the kept share would measure what the anchor optimizes; "
             "remove them from keep.texts (or use keep.texts=pool)"]
-
-
-def _texts(keep: Any) -> Any:
-    """keep as the LM anchor reads it: keep.texts=task (the embedding anchor's default) means the pool."""
-    from dataclasses import replace
-
-    return replace(keep, texts=POOL) if keep.texts == TASK else keep
 
 
 register_method(NextTokenAnchorMethod())

@@ -13,7 +13,7 @@ from ...distributed import shard
 from ...tasks.batches import pad_inputs
 from ..keep.build import tokenize_texts
 from ..keep.term import theta_star_copy
-from ..keep.texts import read_texts, text_order
+from ..keep.texts import next_token_texts, read_texts, text_order
 
 
 class NextTokenAnchor:
@@ -48,10 +48,8 @@ class NextTokenAnchor:
 
 def build_term(run: Any) -> tuple[NextTokenAnchor, str]:
     """The run's term (``run``: training/methods.py's RunView) and the start line's words on it."""
-    from . import _texts
-
     recipe = run.recipe
-    keep = _texts(recipe.keep)
+    keep = next_token_texts(recipe.keep)
     texts = read_texts(keep)
     features = tokenize_texts(texts, run.tokenizer, recipe.task.max_seq_length)
     order = text_order(len(texts), recipe, run.world_size)

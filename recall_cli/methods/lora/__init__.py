@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ..adapter import Adapted, Adapter
-from ..registry import Family, register_method
+from ...plugins.adapter import Adapted, Adapter
+from ...plugins.methods import Family, register_method
 
 
 class PeftLora(Adapted):
