@@ -167,46 +167,9 @@ def is_vanilla(name: object) -> bool:
 
 # ---- probes --------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Probe:
-    """A probe.probes entry (recall_cli/probes/runner.py measures it)."""
-
-    name: str
-    # its inputs: "texts" (the probe sentences), "pairs" (the STS sentence pairs), "lm_texts" (general prose,
-    # a causal LM's) or "choices" (multiple-choice items, a causal LM's)
-    reads: str
-    measures: tuple[str, ...]  # the scalar fields it writes to a probe record: usable as --metric
-    skill: str | None = None  # its retained-skill ratio, the probe figure's panel (b) when the runs have it
-    skill_title: str | None = None
-    lower_is_better: tuple[str, ...] = ()  # of its measures: "best" in a compare column is the smallest
-    raw: tuple[str, ...] = ()  # of its measures: shown as they are, not x100 like scores and ratios
-
-
-PROBES: dict[str, Probe] = {p.name: p for p in (
-    Probe("cka", "texts", ("cka", "cka_debiased")),
-    Probe("drift", "texts", ("drift",), lower_is_better=("drift",)),
-    Probe("sts", "pairs", ("sts", "sts_ref", "sts_retained"), skill="sts_retained",
-          skill_title="retained STS skill ρ(θ)/ρ(θ*)"),
-    Probe("mlm", "texts", ("mlm_loss", "mlm_loss_ref", "mlm_ratio"), skill="mlm_ratio",
-          skill_title="MLM loss ratio L(θ)/L(θ*)", lower_is_better=("mlm_loss", "mlm_ratio"),
-          raw=("mlm_loss", "mlm_loss_ref")),
-    # A causal LM's (probes/lm.py): general text's loss, and θ*'s next-token distributions, each with a kept share.
-    Probe("lm", "lm_texts", ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept"), skill="lm_kept",
-          skill_title="LM loss kept L(θ*)/L(θ) on general text", lower_is_better=("lm_loss", "lm_ppl"),
-          raw=("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")),
-    Probe("kl", "lm_texts", ("kl", "kl_kept"), skill="kl_kept", skill_title="next-token agreement exp(−KL(θ*‖θ))",
-          lower_is_better=("kl",), raw=("kl",)),
-    Probe("choice", "choices", ("choice_acc", "choice_acc_ref", "choice_kept"), skill="choice_kept",
-          skill_title="multiple-choice skill kept above chance"),
-)}
-PROBE_NAMES = tuple(PROBES)
-# The probes that read a causal LM's next-token logits (the whole *ForCausalLM, not its encoder).
-CAUSAL_PROBES = tuple(p.name for p in PROBES.values() if p.reads in ("lm_texts", "choices"))
-# What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
+# The probes themselves are a registry (plugins/probes.py). What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
 # recipe names lm and kl, recipes/smollm2_sst2.yaml).
 DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
-PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 
 
 # ---- the distribution --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ def install(tmp_path, monkeypatch):
         monkeypatch.setattr(registry._METHODS, "entries", dict(registry._METHODS.entries))
         monkeypatch.setattr(registry._METHODS, "replaced", {})
         monkeypatch.setattr(registry._METHODS, "loaded", False)
+        monkeypatch.setattr(registry._METHODS, "failure", None)
         monkeypatch.setattr(loader, "_entry_points",
                             lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
 

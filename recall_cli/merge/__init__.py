@@ -48,12 +48,12 @@ def method_spec(name: str) -> type[MethodSpec]:
     return known[name]
 
 
-def known_options() -> dict[str, Option]:
+def known_options(strict: bool = True) -> dict[str, Option]:
     """Every method's options by name, once each, in the registry's order, as `recall merge` shows
     them: one that several methods read (--base, --lambda) names them all, and each one's default
     where their defaults differ (then the command line's default is None: each method takes its own)."""
     readers: dict[str, list[tuple[type[MethodSpec], Option]]] = {}
-    for spec in merges().values():
+    for spec in merges(strict).values():
         for option in spec.options:
             readers.setdefault(option.name, []).append((spec, option))
     shown = {}

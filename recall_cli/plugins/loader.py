@@ -56,6 +56,7 @@ than the name (a method's switch and section)."""
         self.entries: dict[str, T] = {}
         self.replaced: dict[str, tuple[T, T]] = {}  # name -> (recall's own entry, the plugin's that replaced it)
         self.loaded = False
+        self.failure: PluginError | None = None  # a plugin that failed: every later use of the kind fails alike
         self.add = add or self.register  # how an entry point's entry is registered (a kind's own register_*)
 
     # ---- filling -----------------------------------------------------------------------------------
@@ -87,6 +88,8 @@ than the name (a method's switch and section)."""
     def load(self) -> None:
         """recall's own modules, then every installed plugin of the group, once per process."""
         if self.loaded:
+            if self.failure is not None:
+                raise self.failure
             return
         self.loaded = True
         for module in self.builtin:
@@ -95,6 +98,13 @@ than the name (a method's switch and section)."""
             self._load_plugin(entry_point)
 
     def _load_plugin(self, entry_point: Any) -> None:
+        try:
+            self._admit_plugin(entry_point)
+        except PluginError as exc:
+            self.failure = exc
+            raise
+
+    def _admit_plugin(self, entry_point: Any) -> None:
         where = f"the {self.kind} plugin {entry_point.name} ({entry_point.value})"
         try:
             loaded = entry_point.load()
@@ -125,10 +135,15 @@ than the name (a method's switch and section)."""
         origin = self.origin(entry)
         return self.builtin.index(origin) if origin in self.builtin else len(self.builtin)
 
-    def values(self) -> list[T]:
+    def values(self, strict: bool = True) -> list[T]:
         """Every entry: recall's in ``builtin``'s order (whatever order their modules were imported in),
-        then plugins in the order they came."""
-        self.load()
+        then plugins in the order they came. ``strict=False``: what loaded, even where a plugin failed (the
+        command line's --help text, built at import, before the command that names the failure runs)."""
+        try:
+            self.load()
+        except PluginError:
+            if strict:
+                raise
         arrival = {name: i for i, name in enumerate(self.entries)}
         return sorted(self.entries.values(), key=lambda e: (self._rank(e), arrival[e.name]))
 

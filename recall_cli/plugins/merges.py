@@ -37,6 +37,7 @@ def register_merge(spec: type, *, replace: bool = False) -> type:
     return _MERGES.register(spec, replace=replace)
 
 
-def merges() -> dict[str, Any]:
-    """Every merge method by name: recall's in BUILTIN's order, then plugins'."""
-    return {spec.name: spec for spec in _MERGES.values()}
+def merges(strict: bool = True) -> dict[str, Any]:
+    """Every merge method by name: recall's in BUILTIN's order, then plugins' (``strict=False``: those that
+    loaded, where a plugin failed)."""
+    return {spec.name: spec for spec in _MERGES.values(strict)}

@@ -16,7 +16,7 @@ import torch
 from ..model import model_location, position_limit
 from ..names import DEFAULT_PROBES
 from ..recipe.schema import ProbeConfig
-from .runner import Prober, check_size, load_inputs, load_mlm_head
+from .runner import Prober, check_size, load_inputs
 from ..errors import ProbeError
 
 
@@ -130,9 +130,8 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
         shown = option.rstrip("= ")
         raise ProbeError(f"{shown} {max_length} is more than the {limit} positions of θ* {theta_star}: "
                          f"use {option}{limit} or less")
-    head, note = load_mlm_head(theta_star, trust_remote_code) if "mlm" in probes else (None, None)
     prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
-                    mlm_head=head, mlm_note=note)
+                    source=(theta_star, trust_remote_code))
     return prober, ref_model
 
 
@@ -140,10 +139,11 @@ def load_probed(name: str, probes: list[str], trust_remote_code: bool = False) -
     """The model a probe reads: the bare encoder, or with a causal LM's probes (lm, kl, choice) the whole
     causal LM (its base model serves the encoder's probes)."""
     from ..model import load_checkpoint_model, load_encoder
-    from ..names import CAUSAL_PROBES, custom_lm_task
+    from ..names import custom_lm_task
+    from ..plugins.probes import causal_probes
     from ..tasks import task_type_for
 
-    if any(p in CAUSAL_PROBES for p in probes):
+    if any(p in causal_probes() for p in probes):
         return load_checkpoint_model(name, task_type_for(custom_lm_task()), trust_remote_code)
     return load_encoder(name, trust_remote_code)
 

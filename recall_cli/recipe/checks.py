@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from ..plugins.methods import check as check_methods
 from ..plugins.tasks import files_tasks
 from ..plugins.trackers import trackers
-from ..names import GLUE_TASK_NAMES, LM_TASKS, OPTIMIZERS, PROBE_NAMES
+from ..names import GLUE_TASK_NAMES, LM_TASKS, OPTIMIZERS
+from ..plugins.probes import probe_names
 
 if TYPE_CHECKING:
     from .schema import OptimizerConfig, ProbeConfig, Recipe, TaskConfig
@@ -145,8 +146,9 @@ def _check_optimizer(o: OptimizerConfig) -> list[str]:
 
 
 def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
-    problems = [f"probe.probes: unknown probe '{name}' (choose from {', '.join(PROBE_NAMES)})"
-                for name in p.probes if name not in PROBE_NAMES]
+    known = probe_names()
+    problems = [f"probe.probes: unknown probe '{name}' (choose from {', '.join(known)})"
+                for name in p.probes if name not in known]
     for key in ("num_texts", "num_pairs"):
         value = getattr(p, key)
         if value is not None and value < 4:
