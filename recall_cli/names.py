@@ -2,7 +2,7 @@
 and the Hub ids of the models that ship as Python packages.
 
 Methods (the embedding anchor, LP-FT, LoRA, plugins) have a registry of their own that runs
-(methods/registry.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
+(plugins/methods.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
 optimizer and probe names; tasks/ loads a task's files and hub columns, reads its extra metrics and
 its task type; model and the training set-up read whether an optimizer is anchored and its mode; records
 its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
@@ -38,7 +38,7 @@ class Task:
     # What a class is called (the hub's ClassLabel names, what run_glue.py writes into config.json's
     # id2label), index = class id; None: the labels themselves (already words) or regression.
     class_names: tuple[str, ...] | None = None
-    # Its task type, a key of tasks.TASK_TYPES: what reads, batches, heads, scores and predicts it.
+    # Its task type, a task type's name (plugins/tasks.py): what reads, batches, heads, scores and predicts it.
     task_type: str = "classification"
     # A causal-LM task made from a labelled one: the prompt its text fills ("Review: {0}\nSentiment:"),
     # and the completion is a class's name after a space (" positive"). None: the text is the prompt.

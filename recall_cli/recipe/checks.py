@@ -1,6 +1,6 @@
 """A recipe's checks across fields: every problem of a built recipe, each one line naming the key and
 the fix, reported at once (build.build_recipe calls check_recipe). Each method's keys are checked in its
-own room (methods/registry.py's check loops over them)."""
+own room (plugins/methods.py's check loops over them)."""
 
 from __future__ import annotations
 

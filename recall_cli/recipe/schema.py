@@ -209,7 +209,7 @@ class Recipe:
     # Runs written before the embedding anchor existed have no keep section: it is off.
     keep: KeepConfig = field(default_factory=KeepConfig)
     output_dir: str = "runs/run"
-    # The sections of method plugins (methods/registry.py), by section name: written in a recipe and in
+    # The sections of method plugins (plugins/methods.py), by section name: written in a recipe and in
     # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
     plugins: dict[str, Any] = field(default_factory=dict)
 
@@ -265,7 +265,7 @@ def all_keys() -> list[str]:
 
 
 def all_sections() -> dict[str, type]:
-    """recall's sections, then the method plugins' (methods/registry.py), name -> dataclass."""
+    """recall's sections, then the method plugins' (plugins/methods.py), name -> dataclass."""
     from ..plugins.methods import sections
 
     return {**SECTIONS, **sections()}

@@ -11,7 +11,7 @@ weakest to the strongest:
     wise   WiSE-FT's α, the fine-tuned model's weight in a linear merge with θ*; the fine-tuned runs
            themselves are α = 1 (a merge with weights 0, 1 is the run), so the line ends at them
     tau    RECALL's temperature τ (record.temperature)
-    and a method's own line where its registry entry has one (methods/registry.py's Family.line_title):
+    and a method's own line where its registry entry has one (plugins/methods.py's Family.line_title):
     keep   the embedding anchor's weight (keep.embeddings; the runs without it, weight 0, are the weakest)
 
 Pure functions of the settings: no figure, no file.

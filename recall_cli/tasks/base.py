@@ -1,7 +1,7 @@
 """The task seam: what every stage asks of a kind of task, and the containers its rows travel in.
 
 A task type (sequence classification, regression, a causal LM; a token classifier later) is one class
-that implements :class:`TaskType` and one entry in ``tasks.TASK_TYPES``; a task (a names.Task: its files,
+that implements :class:`TaskType` and ``register_task_type`` (plugins/tasks.py); a task (a names.Task: its files,
 columns, labels and metrics) names its type. The stages ask the type, never the task's label count:
 
     reading       read, parse_label                     (training set-up, evaluate, predict)

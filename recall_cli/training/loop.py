@@ -291,7 +291,7 @@ class _Loop:
             self.save_last(step)
         self.reporter.step(step)
 
-    # ---- what a method's after_step may ask of the loop (methods/registry.py's MethodRun) ----------
+    # ---- what a method's after_step may ask of the loop (plugins/methods.py's MethodRun) ----------
 
     def save(self, folder: str, step: int) -> None:
         """A checkpoint folder of the run's weights now, with its card (rank 0 writes it), after the

@@ -201,7 +201,7 @@ FROM_RECIPE: Any = object()
 def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of ``task``'s model, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
-    (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
+    (plugins/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
     from ..model import auto_model_class, head_parameter_names, quiet_transformers
 
     quiet_transformers()

@@ -1,4 +1,4 @@
-"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (methods/adapter.py):
+"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (plugins/adapter.py):
 theta* stays frozen, low-rank adapters learn the update, the classification head trains in full.
 
     peft_lora.py   wrapping, counting, merging, saving and loading with peft

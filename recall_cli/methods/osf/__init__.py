@@ -1,5 +1,5 @@
 """OSF, orthogonal subspace fine-tuning (Nayak et al. 2025, arXiv 2504.07097), through peft's OSFConfig,
-as an adapter (methods/adapter.py): each targeted weight keeps its top singular directions frozen and
+as an adapter (plugins/adapter.py): each targeted weight keeps its top singular directions frozen and
 trains only the smallest ``model.osf.rank``, with their gradients projected off the frozen subspace.
 
     peft_osf.py   wrapping, merging, saving and loading with peft
