@@ -1,7 +1,7 @@
 """The probes' registry: what a fine-tuned model still knows, each probe a class in a room of its own that
 registers itself once (recall's: probes/encoder.py's cka, drift, sts and mlm; probes/causal.py's lm, kl and
-choice). The runner (probes/runner.py's Prober), the recipe's check, `recall probe`, the reports' columns and
-the probe figure's panels all read the entries; none names a probe.
+choice). The runner (probes/runner.py's Prober), the recipe's check, `recall probe`, the reports' --metric
+(scale, direction) and the probe figure's skill panel read the entries; none of them names a probe.
 
 recall's own are the modules in :data:`BUILTIN`; a package adds one through the entry-point group
 ``recall_cli.probes`` (a module that calls :func:`register_probe`, or the class itself). Standard library only,
