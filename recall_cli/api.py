@@ -177,10 +177,11 @@ def probe(
         print(f"probe: {name} against {theta_star}: {prober.n_texts} sentences, {prober.n_pairs} STS pairs, "
               f"{max_length} tokens ({', '.join(probes)})", file=sys.stderr, flush=True)
     record = prober.measure(model)
+    own = record.pop("notes", [])
     if progress:
         print(f"probe: done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return {"target": name, "theta": None, "reference": theta_star, "texts": prober.n_texts, "pairs": prober.n_pairs,
-            **record, "notes": list(prober.notes)}
+            **record, "notes": list(prober.notes) + own}
 
 
 # ---- methods beside RecAdam (README "Methods in your own training loop") -------------------------

@@ -34,7 +34,7 @@ from .. import names
 from . import measures
 from ..errors import ProbeError
 from .choice import ChoiceBatches, ChoiceSet, choice_record, choice_side, load_choices
-from .lm import has_lm_head, lm_record, lm_side
+from .lm import has_lm_head, lm_note, lm_record, lm_side
 from .sets import DEFAULT_LM_TEXTS, PairSet, load_pairs, load_texts
 
 MASK_RATE = 0.15
@@ -277,6 +277,9 @@ class Prober:
             record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])
         if "lm" in mine:
             record.update(lm_record(mine["lm"], self.ref["lm"], self.probes))
+            note = lm_note(mine["lm"], self.ref["lm"], self.probes)
+            if note:  # this θ's alone: the callers add it to the prober's notes
+                record["notes"] = [note]
         if "choice" in mine:
             record.update(choice_record(mine["choice"], self.ref["choice"], self.choices.items))
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
@@ -347,4 +350,6 @@ def task_sentences(task_cfg) -> list[str]:
 
 def record_at(prober: Prober, model: torch.nn.Module, step: int) -> dict[str, Any]:
     """A metrics.jsonl line: {"step": s, "split": "probe", one field per measure}."""
-    return {"step": step, "split": "probe", **prober.measure(model)}
+    record = prober.measure(model)
+    record.pop("notes", None)  # metrics.jsonl holds numbers; a run whose weights went NaN stopped before its probe
+    return {"step": step, "split": "probe", **record}
