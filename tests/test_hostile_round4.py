@@ -1,0 +1,159 @@
+"""Hostile input, round 4 (issue 52): a causal LM whose weights went NaN is refused as a classifier is (exit 3,
+nothing written; `recall probe` says why its fields are null); a damaged GGUF file, adapter or keep.texts file and a
+recipe that no longer matches its checkpoint are one line with exit 2 (not another library's exception, exit 1);
+the LM anchor's dry run refuses what its run refuses; and the library says what it cannot do with a causal LM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from recall_cli.cli import app
+
+from conftest import GLUE
+from lm_tiny import lm_recipe, tiny_llama_dir
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+def one_error_line(result, code: int = 2) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == code and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    return tiny_llama_dir(tmp_path_factory.mktemp("llama") / "model")
+
+
+def poisoned(source: Path, folder: Path, tensor: str = "model.layers.0.mlp.down_proj.weight", value=float("nan")) -> Path:
+    shutil.copytree(source, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    weights[tensor][0, 0] = value
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def nan_lm(lm_dir, tmp_path_factory):
+    return poisoned(lm_dir, tmp_path_factory.mktemp("nan") / "model")
+
+
+def rows_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rows.tsv"
+    path.write_text("sentence\nThe cat sat\na good film\n", encoding="utf-8")
+    return path
+
+
+# ---- a poisoned causal LM: exit 3 and nothing written, as a classifier -----------------------------
+
+
+@pytest.mark.parametrize("tensor, value", [("model.layers.0.mlp.down_proj.weight", float("nan")),
+                                           ("lm_head.weight", float("inf"))])
+def test_predict_of_a_causal_lm_with_nan_or_inf_weights_is_exit_3_and_writes_nothing(lm_dir, tmp_path, tensor, value):
+    """NaN logits argmax to the pad token: each row's completion used to be empty, exit 0."""
+    model = poisoned(lm_dir, tmp_path / "model", tensor, value)
+    out = tmp_path / "predictions.jsonl"
+    result = invoke("predict", model, "--task", "sst2_lm", "--split", rows_file(tmp_path), "--out", out)
+    line = one_error_line(result, code=3)
+    assert "the model's outputs are NaN/inf on 2 of 2 rows (the first: row 0): its weights diverged" in line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model", "rows.tsv"]
+
+
+def test_evaluate_of_a_causal_lm_with_nan_weights_is_exit_3_and_records_nothing(nan_lm, tmp_path):
+    result = invoke("evaluate", nan_lm, "--task", "sst2_lm", "--data-dir", GLUE / "SST-2")
+    line = one_error_line(result, code=3)
+    assert "the model's outputs are NaN/inf on 872 of 872 rows" in line and "exact_match" not in result.output
+
+
+def test_scoring_a_causal_lm_refuses_nan_logits_on_the_prompt_alone(lm_dir):
+    """The library's scoring: a NaN in one row's prompt logits is enough, named by its row."""
+    from transformers import AutoModelForCausalLM
+
+    from recall_cli.tasks.base import Features
+    from recall_cli.tasks.generation import completion_outputs
+    from recall_cli.errors import NonFiniteWeights
+
+    model = AutoModelForCausalLM.from_pretrained(lm_dir)
+    features = Features(input_ids=[[2, 5, 6, 7, 3], [2, 8, 9, 10, 3]], token_type_ids=None, labels=[3, 3])
+    healthy = completion_outputs(model, features, 2, torch.device("cpu"), 0)
+    assert healthy.shape == (2, 3) and (healthy[:, 1] == [2, 2]).all()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[8] = float("nan")  # only the second row reads token 8
+    with pytest.raises(NonFiniteWeights, match=r"NaN/inf on 1 of 2 rows \(the first: row 1\)"):
+        completion_outputs(model, features, 2, torch.device("cpu"), 0)
+
+
+def test_probe_of_a_causal_lm_with_nan_weights_says_why_its_fields_are_null(nan_lm, lm_dir):
+    result = invoke("probe", nan_lm, "--against", lm_dir, "--probes", "lm,kl", "--json")
+    assert result.exit_code == 0, result.output
+    (record,) = json.loads(result.output)
+    assert record["lm_kept"] is None and record["kl"] is None and record["lm_loss_ref"] > 0
+    assert record["notes"] == ["lm, kl: the model's next-token outputs are NaN/inf (diverged weights), so lm_kept and "
+                               "kl are null: probe a checkpoint from before the divergence"]
+    # the variant: θ* itself poisoned, one probe
+    result = invoke("probe", lm_dir, "--against", nan_lm, "--probes", "kl", "--json")
+    (record,) = json.loads(result.output)
+    assert record["kl"] is None and record["notes"] == [
+        "kl: θ*'s next-token outputs are NaN/inf (diverged weights), so kl is null: probe a checkpoint from before "
+        "the divergence"]
+    healthy = json.loads(invoke("probe", lm_dir, "--against", lm_dir, "--probes", "lm,kl", "--json").output)[0]
+    assert healthy["notes"] == [] and healthy["lm_kept"] == pytest.approx(1.0) and healthy["kl"] == pytest.approx(0, abs=1e-9)
+
+
+# ---- a GGUF file that is cut short or not a GGUF ----------------------------------------------------
+
+
+def tiny_gguf(path: Path) -> bytes:
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.ones((64, 16), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("cut", [4, 24, 100, "mid-tensor", "not a gguf"])
+def test_a_truncated_or_foreign_gguf_is_one_line_naming_the_file(lm_dir, tmp_path, cut):
+    pytest.importorskip("gguf")
+    folder = tmp_path / "gguf"
+    folder.mkdir()
+    whole = tiny_gguf(tmp_path / "whole.gguf")
+    data = {"mid-tensor": whole[: len(whole) - 1000], "not a gguf": b"<html>404</html>"}.get(cut)
+    (folder / "m.gguf").write_bytes(data if data is not None else whole[:cut])
+    recipe = lm_recipe(lm_dir, tmp_path / "out", model={"name_or_path": str(folder), "gguf_file": "m.gguf"})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    result = invoke("finetune", tmp_path / "r.yaml", "--dry-run", "--plain")
+    line = one_error_line(result)
+    assert f"{folder / 'm.gguf'}: not a readable GGUF file (" in line
+    assert "it is truncated (a partial download?) or not a GGUF file; download or copy it again" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, said", [
+    ("../../etc/passwd", "leaves the model folder"), ("/etc/passwd", "leaves the model folder"),
+    ("sub/m.gguf", "leaves the model folder"), ("weights.bin", "is not a .gguf file")])
+def test_a_gguf_file_that_leaves_the_folder_or_is_no_gguf_is_refused(lm_dir, tmp_path, name, said):
+    recipe = lm_recipe(lm_dir, tmp_path / "out", model={"gguf_file": name})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    line = one_error_line(invoke("finetune", tmp_path / "r.yaml", "--dry-run", "--plain"))
+    assert f"model.gguf_file={name} {said}" in line and "model folder not found" not in line
+    assert not (tmp_path / "out").exists()
