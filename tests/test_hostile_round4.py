@@ -157,3 +157,79 @@ def test_a_gguf_file_that_leaves_the_folder_or_is_no_gguf_is_refused(lm_dir, tmp
     line = one_error_line(invoke("finetune", tmp_path / "r.yaml", "--dry-run", "--plain"))
     assert f"model.gguf_file={name} {said}" in line and "model folder not found" not in line
     assert not (tmp_path / "out").exists()
+
+
+# ---- merge --method intruders with a damaged adapter/ -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
+    """A checkpoint folder with adapter/ as a recall LoRA run writes it (peft's save_pretrained, safetensors),
+    made without training: intruder reduction reads the files."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    folder = tmp_path_factory.mktemp("lora") / "ckpt"
+    shutil.copytree(tiny_model_dir, folder)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=2)
+    model.save_pretrained(folder)  # the run's merged classifier (here with a zero update)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"],
+                                                  task_type="SEQ_CLS", init_lora_weights=False))
+    peft_model.save_pretrained(str(folder / "adapter"), safe_serialization=True)
+    return folder
+
+
+def _set_config(config: dict, **changes) -> str:
+    return json.dumps({**config, **changes})
+
+
+DAMAGE = {
+    "not json": (lambda f, c: (f / "adapter_config.json").write_text("{peft_type: LORA"), "adapter_config.json: not JSON ("),
+    "a list": (lambda f, c: (f / "adapter_config.json").write_text("[1, 2]"),
+               "adapter_config.json: holds a JSON list, not the object peft writes"),
+    "latin-1": (lambda f, c: (f / "adapter_config.json").write_bytes(json.dumps({**c, "base_model_name_or_path": "Zürich"}, ensure_ascii=False)
+                                                                      .encode("latin-1")),
+                "adapter_config.json: not UTF-8 text (byte "),
+    "r 0": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, r=0)),
+            "adapter_config.json: r is 0, not a LoRA rank (a whole number >= 1)"),
+    "r string": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, r="4")),
+                 "adapter_config.json: r is '4', not a LoRA rank"),
+    "regex target": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, target_modules=".*nothing.*")),
+                     'adapter_config.json: target_modules is ".*nothing.*", not a list of module names'),
+    "weights cut": (lambda f, c: (f / "adapter_model.safetensors").write_bytes(
+        (f / "adapter_model.safetensors").read_bytes()[:-100]), "adapter_model.safetensors: not a readable safetensors file"),
+    "weights missing": (lambda f, c: (f / "adapter_model.safetensors").unlink(), "adapter_model.safetensors is missing: "),
+    "pickle only": (lambda f, c: (torch.save({"x": torch.zeros(1)}, f / "adapter_model.bin"),
+                                  (f / "adapter_model.safetensors").unlink()),
+                    "adapter_model.safetensors is missing (adapter_model.bin is a pickle, which recall does not load)"),
+    "another model's layers": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, target_modules=["q_proj"])),
+                               "'s adapter/ does not load onto "),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_intruders_with_a_damaged_adapter_is_one_line_and_never_asks_the_hub(lora_checkpoint, tiny_model_dir, tmp_path,
+                                                                           monkeypatch, damage):
+    import huggingface_hub
+
+    run = tmp_path / "run"
+    shutil.copytree(lora_checkpoint, run)
+    config = json.loads((run / "adapter" / "adapter_config.json").read_text())
+    spoil, said = DAMAGE[damage]
+    spoil(run / "adapter", config)
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: asked.append(a) or pytest.fail("asked the hub"))
+    out = tmp_path / "out"
+    result = invoke("merge", tiny_model_dir, run, "--method", "intruders", "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.output, result.output
+    assert not out.exists() and not asked
+
+
+def test_intruders_on_the_undamaged_adapter_merges(lora_checkpoint, tiny_model_dir, tmp_path):
+    """The reader refuses the damaged folders only: the same adapter as written merges (exit 0, one output per input)."""
+    result = invoke("merge", tiny_model_dir, lora_checkpoint, "--method", "intruders", "--out", tmp_path / "out", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["method"] == "intruders" and len(record["intruders"]) == 4  # query and value of 2 layers
