@@ -233,3 +233,56 @@ def test_intruders_on_the_undamaged_adapter_merges(lora_checkpoint, tiny_model_d
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
     assert record["method"] == "intruders" and len(record["intruders"]) == 4  # query and value of 2 layers
+
+
+# ---- the LM anchor's texts: the dry run refuses what the run refuses, read by the task files' reader ---------
+
+
+def anchor_files(tmp: Path) -> dict[str, Path]:
+    from recall_cli.probes.sets import DEFAULT_LM_TEXTS
+
+    files = {"empty.txt": b"", "binary.txt": bytes(range(128, 256)) * 4,
+             "deep.jsonl": b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+             "wide.csv": b"text\n" + b"a" * 131_073 + b"\n",
+             "prose.txt": Path(DEFAULT_LM_TEXTS).read_bytes()}
+    for name, data in files.items():
+        (tmp / name).write_bytes(data)
+    return {name: tmp / name for name in files} | {"missing.txt": tmp / "missing.txt"}
+
+
+ANCHOR_REFUSALS = {
+    "missing.txt": "keep.texts: file not found: {path}",
+    "empty.txt": "keep.texts: {path} has no sentence to anchor on (every line is blank)",
+    "binary.txt": "keep.texts: {path} is not UTF-8 text (byte 0): save it as UTF-8",
+    "deep.jsonl": "keep.texts: {path} line 1: nested too deeply to read: write one flat JSON object per line",
+    "wide.csv": "keep.texts: {path} line 2: malformed row (field larger than field limit (131072))",
+    "prose.txt": "keep.next_token: 60 of the LM anchor's 60 texts are texts the lm/kl probes score",
+}
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "run"])
+@pytest.mark.parametrize("name", list(ANCHOR_REFUSALS))
+def test_the_lm_anchor_refuses_its_texts_in_the_dry_run_as_in_the_run(lm_dir, tmp_path, name, dry_run):
+    """Probes off (lm_recipe's): the lm/kl probes' own prose is refused all the same, as `recall probe` reads it later."""
+    path = anchor_files(tmp_path)[name]
+    recipe = lm_recipe(lm_dir, tmp_path / "out", keep={"next_token": 0.5, "texts": str(path)})
+    assert recipe["probe"] == {"enabled": False}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    result = invoke("finetune", tmp_path / "r.yaml", "--plain", *(["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: " + ANCHOR_REFUSALS[name].format(path=path)), result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["deep.jsonl", "wide.csv"])
+def test_the_embedding_anchor_reads_its_texts_with_the_same_reader(tiny_model_dir, tmp_path, name):
+    from conftest import tiny_recipe, write_recipe
+
+    path = anchor_files(tmp_path)[name]
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out", probe={"enabled": False},
+                                                           keep={"embeddings": 1.0, "texts": str(path)}))
+    result = invoke("finetune", recipe, "--plain", "--dry-run")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
+    assert errors[0].startswith("error: " + ANCHOR_REFUSALS[name].format(path=path)) and len(errors) == 1
