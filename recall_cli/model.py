@@ -253,14 +253,26 @@ def _load(what: str, loader, name: str, **kwargs):
 
 
 def _call_loader(what: str, loader, name: str, folder: Path, **kwargs):
+    import warnings
+
     from safetensors import SafetensorError
 
     try:
-        return loader(name, **kwargs)
+        with warnings.catch_warnings():
+            # torch's weights_only unpickler warns of any pickle protocol but 2 before it reads (or refuses) the file:
+            # two lines of torch's source above recall's one, for a pickle recall reads as tensors or refuses anyway.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return loader(name, **kwargs)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
-        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        lines = [line.strip() for line in str(exc).splitlines()]
+        reason = next((line for line in lines if "Unsupported global" in line), "")
         reason = reason.split(" was not")[0].removeprefix("WeightsUnpickler error: ")
-        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason or 'refused'}); "
+        if not reason:  # an instruction the tensor-only reader does not take (a pickle protocol it does not read)
+            unread = next((line for line in lines if line.startswith("Unsupported")), "refused")
+            raise ModelLoadError(f"{name}: its weights are a pickle that torch's tensor-only reader cannot read "
+                                 f"({unread}); recall never runs a pickle's code: save the model as safetensors "
+                                 "(save_pretrained) from a source you trust") from None
+        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason}); "
                              "recall reads a pickle only as plain tensors and never runs its code: save the model as "
                              "safetensors (save_pretrained) from a source you trust") from None
     except SafetensorError as exc:  # a truncated download or copy, or another format under the name

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
@@ -286,3 +285,48 @@ def test_the_embedding_anchor_reads_its_texts_with_the_same_reader(tiny_model_di
     assert result.exit_code == 2, result.output
     errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
     assert errors[0].startswith("error: " + ANCHOR_REFUSALS[name].format(path=path)) and len(errors) == 1
+
+
+# ---- a run whose recipe no longer matches its checkpoint; a pickle torch warns about ------------------------
+
+
+@pytest.mark.slow
+def test_resuming_a_causal_lm_run_whose_config_now_names_a_classifier_task_is_one_line(lm_dir, tmp_path):
+    """torch's "loaded state dict has a different number of parameter groups" was exit 1."""
+    run = tmp_path / "run"
+    recipe = lm_recipe(lm_dir, run, train={"max_steps": 4, "save_every": 2, "eval_every": 0})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    assert invoke("finetune", tmp_path / "r.yaml", "--plain").exit_code == 0
+    before = (run / "last" / "model.safetensors").read_bytes()
+    for task in ({"name": "sst2"}, {"name": "stsb", "data_dir": str(GLUE / "STS-B")}):
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["task"].update(task)
+        config["train"]["max_steps"] = 8
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        result = invoke("finetune", "--resume", run, "--plain")
+        line = one_error_line(result)
+        assert f"{run}: the run's recipe no longer matches its checkpoint: config.yaml names task {task['name']} (a " in line
+        assert "but last/ holds a LlamaForCausalLM: config.yaml changed since the run began" in line
+        assert (run / "last" / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize("protocol, said", [
+    (4, "its weights are a pickle that torch's tensor-only reader cannot read (Unsupported operand 149)"),
+    (5, "its weights are a pickle that torch's tensor-only reader cannot read (Unsupported operand 149)"),
+])
+def test_a_pickle_torch_warns_about_is_recalls_one_line_alone(tiny_model_dir, tmp_path, protocol, said):
+    """torch's weights_only reader warned "Detected pickle protocol N" (two lines of its source) before recall's line."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_model_dir, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    torch.save(weights, folder / "pytorch_model.bin", pickle_protocol=protocol, _use_new_zipfile_serialization=False)
+    import subprocess
+    import sys
+
+    # A process of its own: pytest records warnings instead of printing them, and --plain / non-TTY is the case asked
+    done = subprocess.run([sys.executable, "-m", "recall_cli", "evaluate", str(folder), "--task", "mrpc", "--data-dir",
+                           str(GLUE / "MRPC")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == [f"error: {folder}: {said}; recall never runs a pickle's code: save the model as "
+                                        "safetensors (save_pretrained) from a source you trust"], done.stderr
