@@ -222,7 +222,11 @@ def freeze_encoder(model: torch.nn.Module) -> None:
     """LP-FT's first phase: every parameter but the classification head stops training (no gradient,
     so optimizers skip it: no update, no weight decay). :func:`unfreeze_encoder` starts the second."""
     from .methods.lpft.freeze import encoder_parameters, freeze_encoder as freeze
+    from .probes.lm import has_lm_head
 
+    if has_lm_head(model):  # its head is the LM head over every token: "freezing the encoder" freezes the decoder
+        raise TypeError(f"freeze_encoder: model is a {type(model).__name__}, a causal LM: it has no task head to train "
+                        "alone (LP-FT's first phase is a classifier's); train it whole, or with LoRA")
     trainable = [p for p in model.parameters() if p.requires_grad]
     kept = [p for p in trainable if not any(p is q for q in encoder_parameters(model))]
     if _hidden_size(model) is None or not kept or len(kept) == len(trainable):

@@ -330,3 +330,62 @@ def test_a_pickle_torch_warns_about_is_recalls_one_line_alone(tiny_model_dir, tm
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.splitlines() == [f"error: {folder}: {said}; recall never runs a pickle's code: save the model as "
                                         "safetensors (save_pretrained) from a source you trust"], done.stderr
+
+
+# ---- smaller: custom_lm's JSON values, the library on a causal LM ------------------------------------------
+
+
+@pytest.mark.parametrize("row, said", [
+    ({"prompt": "The", "completion": True}, "field 'completion' is true (a JSON boolean), not text: write it in quotes "
+                                            '("true") if that is the text to learn'),
+    ({"prompt": False, "completion": " cat"}, "field 'prompt' is false (a JSON boolean), not text"),
+    ('{"prompt": "The", "completion": NaN}', "field 'completion' is nan (JSON's NaN or Infinity), not a value"),
+    ('{"prompt": -Infinity, "completion": " cat"}', "field 'prompt' is -inf (JSON's NaN or Infinity), not a value"),
+])
+def test_custom_lm_refuses_a_boolean_or_nan_where_text_is_learnt(lm_dir, tmp_path, row, said):
+    """They were learnt as the text "True" / "nan"."""
+    rows = tmp_path / "rows.jsonl"
+    line = row if isinstance(row, str) else json.dumps(row)
+    rows.write_text(json.dumps({"prompt": "The cat", "completion": " sat"}) + "\n" + line + "\n", encoding="utf-8")
+    recipe = lm_recipe(lm_dir, tmp_path / "out", task={"name": "custom_lm", "data_dir": None, "train_file": str(rows),
+                                                       "dev_file": str(rows)})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    for extra in ([], ["--dry-run"]):
+        result = invoke("finetune", tmp_path / "r.yaml", "--plain", *extra)
+        assert result.exit_code == 2, result.output
+        errors = [x for x in result.stderr.splitlines() if x.startswith(("error", "  - "))]
+        assert len(errors) <= 2 and f"{rows} line 2: {said}" in result.stderr, result.output
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_numeric_completion_is_still_text_and_a_classifiers_true_label_still_reads(tmp_path):
+    from recall_cli.tasks.files import json_scalar
+
+    assert json_scalar(4, tmp_path, 1, "completion", text_only=True) == "4"
+    assert json_scalar(True, tmp_path, 1, "label") == "true"  # label_names ["false", "true"]
+
+
+def test_freeze_encoder_on_a_causal_lm_is_a_type_error_and_freezes_nothing(lm_dir):
+    import recall_cli
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(lm_dir)
+    with pytest.raises(TypeError, match="freeze_encoder: model is a LlamaForCausalLM, a causal LM: it has no task head "
+                                        "to train alone"):
+        recall_cli.freeze_encoder(model)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_loss_step_on_a_batch_with_no_label_to_learn_says_so(lm_dir):
+    import recall_cli
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(lm_dir)
+    ids = torch.tensor([[2, 5, 6, 7], [2, 8, 9, 0]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.full_like(ids, -100)}
+    with pytest.raises(ValueError, match=r"loss_step: every label in the batch is -100 \(ignored by the loss, 8 of "
+                                         r"them\): the model's mean loss over no token would be NaN"):
+        recall_cli.loss_step(model, batch, [], step=1)
+    batch["labels"][1, 2] = 9  # one token to learn: a finite loss, as before
+    loss, _ = recall_cli.loss_step(model, batch, [], step=1)
+    assert torch.isfinite(loss) and loss.item() > 0

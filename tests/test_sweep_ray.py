@@ -153,3 +153,92 @@ def test_sigterm_to_a_ray_sweep_saves_its_cells_resumably(tiny_model_dir, tmp_pa
     assert (out / "s1" / "last" / "trainer_state.json").is_file() and "stopped by SIGTERM" in log.read_text()
     commands = runner.invoke(app, ["sweep", str(recipe), "--seeds", "1,2", "--out", str(out), "--print-commands"])
     assert commands.stdout.splitlines()[0] == f"recall finetune --resume {out / 's1'} --plain"
+
+
+# ---- issue 52: an address, a share or a TMPDIR Ray cannot use is one line, and nothing is made ----------------
+
+
+@pytest.mark.parametrize("address", ["", " ", "ray://", "head", "head:abc", "http://head:6379", "head:70000",
+                                     "ray://head:10001/x"])
+def test_a_malformed_address_is_refused_before_anything_is_made(tiny_model_dir, tmp_path, address):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--address", address])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --address {address!r}: not an address of a Ray cluster: give auto (the cluster this machine's `ray "
+        "start` joined), HOST:PORT (the head's GCS port, 6379 by default) or ray://HOST:PORT (Ray Client, 10001), or "
+        "leave --address out to start Ray on this machine"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("address, reason", [("127.0.0.1:1", "Connection refused"), ("ray://127.0.0.1:1", "Connection refused"),
+                                             ("no-such-head.invalid:6379", "")])
+def test_an_unreachable_cluster_is_one_line_in_bounded_time_and_nothing_is_made(tiny_model_dir, tmp_path, address,
+                                                                                 reason, monkeypatch):
+    """Ray's own connection retries went on for minutes; one TCP connection (at most CONNECT_TIMEOUT_S) decides."""
+    from recall_cli.sweep import on_ray
+
+    assert on_ray.CONNECT_TIMEOUT_S <= 10
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was asked to connect"))
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    started = time.monotonic()
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--address", address])
+    assert time.monotonic() - started < 60
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --address {address}: no Ray cluster answers there ({reason}")
+    assert line.endswith("start it (ray start --head) or check the address; nothing was started or written")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cell_with_no_cpu_is_refused(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--cpus-per-cell", "0"])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        "error: --cpus-per-cell must be more than 0 (each cell's finetune uses at least one CPU), got 0"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("length, fits", [(20, True), (64, False), (80, False)])
+def test_a_local_ray_keeps_its_sockets_where_their_paths_fit(monkeypatch, length, fits):
+    from recall_cli.errors import SweepError
+    from recall_cli.sweep import on_ray
+
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", "/" + "t" * (length - 1))
+    assert on_ray.local_temp_dir() == (None if fits else "/tmp/ray")
+    monkeypatch.setenv("RAY_TMPDIR", "/" + "r" * 79)
+    assert on_ray.local_temp_dir() == "/tmp/ray"
+    monkeypatch.setattr(on_ray.os, "access", lambda *a: False)  # /tmp cannot be written: refused, naming the variable
+    with pytest.raises(SweepError, match=r"RAY_TMPDIR=/r{79} is 80 characters: the Unix socket paths a local Ray makes "
+                                         r"under it would pass 107 bytes, and /tmp cannot be written: set RAY_TMPDIR to "
+                                         r"a shorter folder \(at most 36 characters\)"):
+        on_ray.local_temp_dir()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray (2 CPUs, no GPU) for the module's refusals: a sweep joins a Ray already started and leaves it."""
+    ray = pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, said", [
+    (["--cpus-per-cell", "3"], "--cpus-per-cell 3: the Ray cluster has 2 CPUs in all, so no cell could ever start: ask "
+                               "for at most 2; nothing was written"),
+    (["--gpus-per-cell", "0.5"], "--gpus-per-cell 0.5: the Ray cluster has 0 GPUs in all, so no cell could ever start: "
+                                 "ask for at most 0 (or run on a cluster with GPUs); nothing was written"),
+])
+def test_a_share_larger_than_the_whole_cluster_is_refused_not_left_waiting(local_ray, tiny_model_dir, tmp_path, args, said):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray", *args])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [f"error: {said}"]
+    assert not (tmp_path / "out").exists() and local_ray.is_initialized()
