@@ -242,3 +242,41 @@ def test_a_share_larger_than_the_whole_cluster_is_refused_not_left_waiting(local
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr.strip().splitlines() == [f"error: {said}"]
     assert not (tmp_path / "out").exists() and local_ray.is_initialized()
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_under_a_long_tmpdir_runs_says_which_cell_failed_and_resumes(tiny_model_dir, tmp_path):
+    """TMPDIR of 70+ characters: Ray's socket paths under it passed 107 bytes (exit 1); the local Ray now keeps them
+    in /tmp/ray. A cell that fails under Ray (its data unreadable) is named with its exit code; the sweep run again
+    skips the finished cell and runs the failed one, now that its data is there."""
+    pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
+    from conftest import GLUE
+
+    long_tmp = tmp_path / ("t" * max(1, 75 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) >= 70
+    bad = tmp_path / "MRPC2"
+    bad.mkdir()
+    (bad / "train.tsv").write_text("junk\n")
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(
+        tiny_model_dir, tmp_path / "unused", train={"max_steps": 2, "eval_every": 0, "log_every": 1}))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "recall_cli", "sweep", str(recipe), "--seeds", "1", "--out", str(out), "--backend",
+               "ray", "--grid", f"task.data_dir={GLUE / 'MRPC'},{bad}"]
+    env = {**os.environ, "TMPDIR": str(long_tmp), "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "AF_UNIX" not in first.stderr
+    (line,) = [x for x in first.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: 1 of 2 cells failed: data_dirMRPC2_s1: exit 2") and "data_dirMRPC2_s1.log" in line
+    cells = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    assert (cells["data_dirMRPC_s1"]["state"], cells["data_dirMRPC2_s1"]["state"]) == ("finished", "failed")
+    assert cells["data_dirMRPC2_s1"]["exit_code"] == 2
+    for name in ("train.tsv", "dev.tsv"):
+        (bad / name).write_bytes((GLUE / "MRPC" / name).read_bytes())
+    finished = (out / "data_dirMRPC_s1" / "last" / "model.safetensors").read_bytes()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 2 cells already finished, skipped" in again.stdout and "1 cells sent to Ray" in again.stdout
+    assert (out / "data_dirMRPC_s1" / "last" / "model.safetensors").read_bytes() == finished
+    assert all(c["state"] == "finished" for c in json.loads((out / "sweep.json").read_text())["cells"])
