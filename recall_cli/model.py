@@ -7,7 +7,6 @@ import importlib
 import importlib.util
 import os
 import pickle
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ GGUF_SUFFIX = ".gguf"
 
 
 def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (_load_gguf).
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
     The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
     if not gguf_file:
         return name_or_path
@@ -44,8 +43,7 @@ def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
                              f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
                              "at the folder that holds it")
     if not inside.name.lower().endswith(GGUF_SUFFIX):
-        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in "
-                             f"{name_or_path} (model.gguf_file=NAME{GGUF_SUFFIX})")
+        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
     return str(Path(name_or_path).expanduser() / gguf_file)
 
 
@@ -190,53 +188,12 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
-def _load_gguf(what: str, loader, name: str, **kwargs):
-    """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
-    dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf (or pip install 'recall-finetune[lm]')")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":  # every GGUF file begins so; transformers would fail on it with a bare struct.error
-        raise ModelLoadError(_unreadable_gguf(name, f"it begins with {magic!r}, not b'GGUF'"))
-    if what == "model":
-        from transformers import GgufConfig
-
-        kwargs["quantization_config"] = GgufConfig(dequantize=True)
-
-    def read(folder: str, **options):
-        # A file cut short (a partial download) fails in gguf's parser as struct.error, an index past the end,
-        # or numpy's view/reshape of tensor data that is not all there: one line, naming the file.
-        try:
-            return loader(folder, **options)
-        except (struct.error, IndexError, EOFError) as exc:
-            raise ModelLoadError(_unreadable_gguf(name, exc)) from exc
-        except ValueError as exc:
-            if any(word in str(exc) for word in ("reshape", "divisor", "mmap", "unpack", "buffer")):
-                raise ModelLoadError(_unreadable_gguf(name, exc)) from exc
-            raise
-
-    loaded = _call_loader(what, read, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
-    if what == "model":  # save_pretrained refuses a model it thinks is still quantized
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        model.hf_quantizer = None
-        model.config.__dict__.pop("quantization_config", None)
-    return loaded
-
-
-def _unreadable_gguf(name: str, reason: object) -> str:
-    shown = " ".join(str(reason).split())[:160]
-    return (f"{name}: not a readable GGUF file ({shown}): it is truncated (a partial download?) or not a GGUF file; "
-            "download or copy it again")
-
-
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
     if name.endswith(GGUF_SUFFIX):
-        return _load_gguf(what, loader, name, **kwargs)
+        from .gguf import load_gguf
+
+        return load_gguf(what, loader, name, _call_loader, **kwargs)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
