@@ -33,8 +33,18 @@ GGUF_SUFFIX = ".gguf"
 
 
 def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (_load_gguf)."""
-    return str(Path(name_or_path).expanduser() / gguf_file) if gguf_file else name_or_path
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
+    The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
+    if not gguf_file:
+        return name_or_path
+    inside = Path(gguf_file)
+    if inside.is_absolute() or len(inside.parts) != 1 or inside.name in (".", ".."):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} leaves the model folder {name_or_path}: give the name of a "
+                             f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
+                             "at the folder that holds it")
+    if not inside.name.lower().endswith(GGUF_SUFFIX):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
+    return str(Path(name_or_path).expanduser() / gguf_file)
 
 
 def resolve_name_or_path(name: str) -> str:
@@ -178,30 +188,12 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
-def _load_gguf(what: str, loader, name: str, **kwargs):
-    """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
-    dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf (or pip install 'recall-finetune[lm]')")
-    if what == "model":
-        from transformers import GgufConfig
-
-        kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
-    if what == "model":  # save_pretrained refuses a model it thinks is still quantized
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        model.hf_quantizer = None
-        model.config.__dict__.pop("quantization_config", None)
-    return loaded
-
-
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
     if name.endswith(GGUF_SUFFIX):
-        return _load_gguf(what, loader, name, **kwargs)
+        from .gguf import load_gguf
+
+        return load_gguf(what, loader, name, _call_loader, **kwargs)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
@@ -218,14 +210,26 @@ def _load(what: str, loader, name: str, **kwargs):
 
 
 def _call_loader(what: str, loader, name: str, folder: Path, **kwargs):
+    import warnings
+
     from safetensors import SafetensorError
 
     try:
-        return loader(name, **kwargs)
+        with warnings.catch_warnings():
+            # torch's weights_only unpickler warns of any pickle protocol but 2 before it reads (or refuses) the file:
+            # two lines of torch's source above recall's one, for a pickle recall reads as tensors or refuses anyway.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return loader(name, **kwargs)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
-        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        lines = [line.strip() for line in str(exc).splitlines()]
+        reason = next((line for line in lines if "Unsupported global" in line), "")
         reason = reason.split(" was not")[0].removeprefix("WeightsUnpickler error: ")
-        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason or 'refused'}); "
+        if not reason:  # an instruction the tensor-only reader does not take (a pickle protocol it does not read)
+            unread = next((line for line in lines if line.startswith("Unsupported")), "refused")
+            raise ModelLoadError(f"{name}: its weights are a pickle that torch's tensor-only reader cannot read "
+                                 f"({unread}); recall never runs a pickle's code: save the model as safetensors "
+                                 "(save_pretrained) from a source you trust") from None
+        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason}); "
                              "recall reads a pickle only as plain tensors and never runs its code: save the model as "
                              "safetensors (save_pretrained) from a source you trust") from None
     except SafetensorError as exc:  # a truncated download or copy, or another format under the name

@@ -27,6 +27,16 @@ def _next_tokens(prober: Any, model: Any) -> dict[str, Any]:
     return prober.shared("lm", compute)
 
 
+def _lm_fields(prober: Any, mine: Any, ref: Any, name: str) -> dict[str, Any]:
+    """One of lm/kl's fields, with a note naming the side whose outputs are NaN/inf when they are null (the note
+    covers both probes that run, so lm's and kl's are the same line, shown once)."""
+    from .lm import lm_note, lm_record
+
+    record = lm_record(mine, ref, [name])
+    note = lm_note(mine, ref, [p for p in ("lm", "kl") if p in prober.probes])
+    return {**record, "notes": [note]} if note else record
+
+
 class Lm(Probe):
     name, reads, causal = "lm", "lm_texts", True
     measures = ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept")
@@ -38,9 +48,7 @@ class Lm(Probe):
         return _next_tokens(prober, model)
 
     def record(self, prober: Any, mine: Any, ref: Any) -> dict[str, Any]:
-        from .lm import lm_record
-
-        return lm_record(mine, ref, ["lm"])
+        return _lm_fields(prober, mine, ref, "lm")
 
 
 class Kl(Probe):
@@ -54,9 +62,7 @@ class Kl(Probe):
         return _next_tokens(prober, model)
 
     def record(self, prober: Any, mine: Any, ref: Any) -> dict[str, Any]:
-        from .lm import lm_record
-
-        return lm_record(mine, ref, ["kl"])
+        return _lm_fields(prober, mine, ref, "kl")
 
 
 class Choice(Probe):

@@ -255,8 +255,14 @@ class Prober:
         with torch.random.fork_rng(devices=[]):  # a measurement leaves the training's random stream alone
             mine = self._features(model)
         record: dict[str, Any] = {}
+        notes: list[str] = []
         for name in self.probes:
-            record.update(self.entries[name].record(self, mine[name], self.ref[name]))
+            entry_record = self.entries[name].record(self, mine[name], self.ref[name])
+            # an entry's notes are about this θ alone (lm and kl share theirs): the callers add them to the prober's
+            notes += [n for n in entry_record.pop("notes", []) if n not in notes]
+            record.update(entry_record)
+        if notes:
+            record["notes"] = notes
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
         return record
 
@@ -324,4 +330,6 @@ def task_sentences(task_cfg) -> list[str]:
 
 def record_at(prober: Prober, model: torch.nn.Module, step: int) -> dict[str, Any]:
     """A metrics.jsonl line: {"step": s, "split": "probe", one field per measure}."""
-    return {"step": step, "split": "probe", **prober.measure(model)}
+    record = prober.measure(model)
+    record.pop("notes", None)  # metrics.jsonl holds numbers; a run whose weights went NaN stopped before its probe
+    return {"step": step, "split": "probe", **record}

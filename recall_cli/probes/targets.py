@@ -108,10 +108,11 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
             theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev)
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
+            own = record.pop("notes", [])
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs,
                                     **({"choices": prober.n_choices} if prober.n_choices else {}), **record,
-                                    "notes": list(prober.notes) + ([_taken_note(taken, shared)] if taken else [])}
+                                    "notes": list(prober.notes) + own + ([_taken_note(taken, shared)] if taken else [])}
             del theta
         del ref_model, prober
         if dev.type == "cuda":

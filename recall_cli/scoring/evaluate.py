@@ -56,9 +56,7 @@ def predict(
     result[np.asarray(order, dtype=np.int64)] = stacked
     bad = np.flatnonzero(~np.isfinite(result).all(axis=tuple(range(1, result.ndim))))
     if bad.size:  # a diverged model scores as one class, and predict would write it: refuse it instead
-        raise NonFiniteWeights(f"the model's outputs are NaN/inf on {bad.size} of {len(result)} rows (the first: "
-                               f"row {int(bad[0])}): its weights diverged; nothing was written (score a checkpoint "
-                               "from before the divergence)")
+        raise NonFiniteWeights.in_outputs(bad.size, len(result), int(bad[0]))
     return result
 
 

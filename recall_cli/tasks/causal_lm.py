@@ -100,7 +100,8 @@ class CausalLM(TaskType):
                 if missing:
                     existing = ", ".join(repr(k) for k in row)
                     raise DataError(f"{where}: no field '{missing[0]}' (fields: {existing}): {fix}")
-                first, last = json_scalar(row[prompt], path, line, prompt), json_scalar(row[completion], path, line, completion)
+                first = json_scalar(row[prompt], path, line, prompt, text_only=True)
+                last = json_scalar(row[completion], path, line, completion, text_only=True)
             texts.append((first,))
             completions.append(self.parse_label(last, where))
         return non_empty(Examples(texts, completions, str(path)))

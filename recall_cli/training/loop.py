@@ -105,7 +105,7 @@ def train_step(t: Training, batches: list[MicroBatch], step: int = 0) -> torch.T
         compiled.mark_step(t.device)
         with t.ctx.no_sync(t.ddp_model, skip=micro < accum - 1):
             with t.autocast:
-                loss, parts = loss_step(t.forward, batch, t.terms, step, indices)
+                loss, parts = loss_step(t.forward, batch, t.terms, step, indices, check_labels=False)
                 if share != 1.0:
                     loss = loss * share
                 loss = loss / accum

@@ -186,6 +186,14 @@ def _check_same_head(last: Path, task: TaskType, recipe: Recipe) -> None:
         saved = json.loads((last / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # the loading names what is wrong with it
+    kind = task.auto_class.removeprefix("AutoModel")  # "ForCausalLM", "ForSequenceClassification"
+    built = next((a for a in saved.get("architectures") or () if isinstance(a, str)), None)
+    if built is not None and not built.endswith(kind):
+        # A causal LM's last/ under a classifier's task (or the other way): the optimizer state of one model
+        # would meet the other's parameter groups (torch's error, exit 1).
+        raise RunDirError(f"{recipe.output_dir}: the run's recipe no longer matches its checkpoint: config.yaml names task "
+                          f"{recipe.task.name} (a {task.name.replace('_', ' ')} model, *{kind}), but last/ holds a "
+                          f"{built}: config.yaml changed since the run began; put its task back, or start a new run")
     wanted = task.head_config()
     if not wanted:  # no head of its own (a causal LM): nothing to disagree with
         return
