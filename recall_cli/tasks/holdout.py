@@ -31,3 +31,22 @@ def holdout_split(task: TaskType, labels: Sequence[Any], fraction: float) -> tup
                             "train on the rest (lower task.holdout, or use more training rows)")
         held.update(rng.sample(rows, take))
     return [i for i in range(len(labels)) if i not in held], sorted(held)
+
+
+def holdout_sample(task: TaskType, labels: Sequence[Any], held: list[int], cap: int | None) -> list[int]:
+    """task.max_holdout_examples: at most ``cap`` of the ``held`` indices (into ``labels``), in order, a
+    stratified sample by a fixed seed (the same rows for every run of the task, as the holdout itself):
+    each stratum keeps its share of the cap, at least one row. All of them when ``cap`` is None or not
+    smaller."""
+    import random
+
+    if cap is None or cap >= len(held):
+        return held
+    by_stratum: dict[Any, list[int]] = {}
+    for i, stratum in zip(held, task.strata([labels[i] for i in held])):
+        by_stratum.setdefault(stratum, []).append(i)
+    rng = random.Random(HOLDOUT_SEED + 1)  # its own stream: the split above is unchanged by a cap
+    kept: set[int] = set()
+    for stratum, rows in sorted(by_stratum.items(), key=lambda kv: str(kv[0])):
+        kept.update(rng.sample(rows, min(len(rows), max(1, round(cap * len(rows) / len(held))))))
+    return sorted(kept)
