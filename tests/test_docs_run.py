@@ -329,6 +329,7 @@ class Walk:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 20 runs of the real MiniLM, over a minute: make test's second step runs it
 def test_the_quick_start_walk_through(tmp_path, monkeypatch):
     """README's quick start, then the quick-start page, the command pages and the method pages, in order."""
     walk = Walk(tmp_path, monkeypatch)
