@@ -3,6 +3,8 @@ classifier, or a causal LM (its task type's Auto class), from a folder, a hub id
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -178,6 +180,30 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
+@contextlib.contextmanager
+def _quiet_gguf_bar():
+    """transformers' GGUF reader draws its de-quantizing bar with tqdm directly, past quiet_transformers()'s
+    switch: a bar in a --plain or piped log, and over rich's progress on a terminal. Silenced while a GGUF
+    file loads; RECALL_DEBUG=1 shows it (and transformers' other output) again."""
+    if os.environ.get("RECALL_DEBUG"):
+        yield
+        return
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # another transformers layout: its bar, if any, is its own
+        yield
+        return
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def _load_gguf(what: str, loader, name: str, **kwargs):
     """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
     dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
@@ -190,7 +216,8 @@ def _load_gguf(what: str, loader, name: str, **kwargs):
         from transformers import GgufConfig
 
         kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
+    with _quiet_gguf_bar():
+        loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
     if what == "model":  # save_pretrained refuses a model it thinks is still quantized
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         model.hf_quantizer = None

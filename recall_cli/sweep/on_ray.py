@@ -67,12 +67,22 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
         import logging
 
         # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
+        quiet_token_warning(address)
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     try:
         return _run_tasks(ray, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def quiet_token_warning(address: str | None) -> None:
+    """A local Ray (no --address) turns token authentication on by default and says so in a WARNING on
+    every start. Naming that same mode explicitly (RAY_AUTH_MODE=token, Ray's own switch) keeps it and
+    the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
+    the user set, and RECALL_DEBUG=1 shows the warning."""
+    if address is None and not os.environ.get("RECALL_DEBUG"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,
