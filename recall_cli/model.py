@@ -3,8 +3,6 @@ classifier, or a causal LM (its task type's Auto class), from a folder, a hub id
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import importlib
 import importlib.util
 import os
@@ -17,6 +15,7 @@ from torch import Tensor
 
 from .errors import ModelLoadError
 from .names import GGUF_PACKAGES, OPTIMIZERS
+from .quiet import quiet_gguf_bar
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
 from .tasks import TaskType
@@ -180,30 +179,6 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
-@contextlib.contextmanager
-def _quiet_gguf_bar():
-    """transformers' GGUF reader draws its de-quantizing bar with tqdm directly, past quiet_transformers()'s
-    switch: a bar in a --plain or piped log, and over rich's progress on a terminal. Silenced while a GGUF
-    file loads; RECALL_DEBUG=1 shows it (and transformers' other output) again."""
-    if os.environ.get("RECALL_DEBUG"):
-        yield
-        return
-    try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:  # another transformers layout: its bar, if any, is its own
-        yield
-        return
-    bar = getattr(gguf_utils, "tqdm", None)
-    if bar is None:
-        yield
-        return
-    gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = bar
-
-
 def _load_gguf(what: str, loader, name: str, **kwargs):
     """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
     dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
@@ -216,7 +191,7 @@ def _load_gguf(what: str, loader, name: str, **kwargs):
         from transformers import GgufConfig
 
         kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    with _quiet_gguf_bar():
+    with quiet_gguf_bar():
         loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
     if what == "model":  # save_pretrained refuses a model it thinks is still quantized
         model = loaded[0] if isinstance(loaded, tuple) else loaded
@@ -460,55 +435,6 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
     )
     del pretrained
     return BuiltModel(model, theta_star)
-
-
-GGUF_CACHE_ENV = "RECALL_CACHE"  # where dequantized GGUF models are kept; default ~/.cache/recall
-
-
-def gguf_cache_root() -> Path:
-    return Path(os.environ.get(GGUF_CACHE_ENV) or Path.home() / ".cache" / "recall").expanduser() / "gguf"
-
-
-def gguf_as_folder(gguf: str | Path, note=None) -> Path:
-    """A GGUF causal LM as the save_pretrained folder merges read (safetensors, config, tokenizer):
-    dequantized once into the user's cache, keyed by the file's SHA-256, and reused after. ``note`` is
-    told, in one line, where it went (the folder is ~4x the GGUF file: fp32). The folder appears whole
-    or not at all (written beside it, then renamed)."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    from .names import LM_TASKS
-    from .tasks import task_type_for
-
-    path = Path(gguf).expanduser()
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    folder = gguf_cache_root() / digest.hexdigest()[:16]
-    if (folder / "config.json").is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    quiet_transformers()  # save_pretrained's shard bar too: the note below is the one line
-    try:
-        lm = task_type_for(next(iter(LM_TASKS.values())))  # any causal-LM task: the weights are the model's own
-        load_checkpoint_model(str(path), lm).save_pretrained(staging)
-        load_tokenizer(str(path)).save_pretrained(staging)
-        staging.rename(folder)
-    except FileExistsError:  # another process wrote it first: theirs is the same model
-        pass
-    except OSError as exc:
-        raise ModelLoadError(f"{path}: could not write its dequantized copy under {folder.parent} ({exc.strerror or exc}): "
-                             f"free some space, or set {GGUF_CACHE_ENV} to a folder with room") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    if note is not None:
-        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 2**20
-        note(f"{path.name} dequantized once into {folder} ({size:,.0f} MiB, fp32; reused by later commands; "
-             f"{GGUF_CACHE_ENV} moves it)")
-    return folder
 
 
 def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False) -> torch.nn.Module:

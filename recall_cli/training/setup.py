@@ -39,7 +39,7 @@ from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
 from ..tasks.batches import BatchOrder, padded_length, subset
-from ..tasks.holdout import holdout_sample, holdout_split
+from ..tasks.holdout import holdout_cost, holdout_sample, holdout_split
 from . import checkpoint, compiled, preflight
 from .checkpoint import TrainerState
 from .loss import Term
@@ -57,6 +57,12 @@ class TaskData:
     holdout: Features | None = None  # task.holdout's rows, taken out of train (those scored: max_holdout_examples)
     held_out: int = 0  # how many rows task.holdout took out of train (the scored ones may be fewer)
     sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
+
+    def holdout_info(self, total_steps: int, eval_every: int) -> dict[str, str]:
+        """The start line's holdout: its size and cost (tasks/holdout.py), none without one."""
+        if self.holdout is None:
+            return {}
+        return {"holdout": holdout_cost(len(self.holdout), self.held_out, total_steps, eval_every)}
 
     @property
     def chooses_on(self) -> dict[str, Features]:
