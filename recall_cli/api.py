@@ -151,7 +151,7 @@ def probe(
     ``mlm_loss_ref``, ``mlm_ratio``, a causal LM's ``lm_*``, ``kl``, ``kl_kept`` and ``choice_*`` (``choices``: its
     items file) (each when its probe ran), ``probe_seconds`` and ``notes``. Runs on the
     model's device; leaves its mode (train/eval) as it was. ``progress``: a line on stderr before (what it
-    reads) and after (how long it took): a probe of every sentence at 128 tokens is minutes on a CPU.
+    reads) and after (how long it took): a probe of all 1,500 STS pairs is a minute or more on a CPU.
     """
     from .probes.runner import check_size, load_inputs
     from .probes.targets import theta_star_prober

@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 from .errors import ModelLoadError
+from .quiet import quiet_gguf_bar
 
 
 def load_gguf(what: str, loader, name: str, call_loader, **kwargs):
@@ -40,7 +41,8 @@ def load_gguf(what: str, loader, name: str, call_loader, **kwargs):
                 raise ModelLoadError(_unreadable_gguf(name, exc)) from exc
             raise
 
-    loaded = call_loader(what, read, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
+    with quiet_gguf_bar():
+        loaded = call_loader(what, read, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
     if what == "model":  # save_pretrained refuses a model it thinks is still quantized
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         model.hf_quantizer = None

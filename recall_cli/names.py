@@ -170,6 +170,13 @@ def is_vanilla(name: object) -> bool:
 # The probes themselves are a registry (plugins/probes.py). What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
 # recipe names lm and kl, recipes/smollm2_sst2.yaml).
 DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
+# The one probe setting (issue 53): a run's probe section (recipe/schema.py's ProbeConfig), `recall probe`
+# and the library's probe() all start from these, so a model probed any of the three ways reads the same
+# numbers (tests/test_probes.py ties them). The first 128 probe sentences, every STS pair (None), 64 tokens.
+PROBE_NUM_TEXTS = 128
+PROBE_NUM_PAIRS = None
+PROBE_MAX_LENGTH = 64
+PROBE_BATCH_SIZE = 64
 
 
 # ---- the distribution --------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def weights(path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_a_ray_sweep_equals_the_local_sweep_record_for_record(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(
@@ -67,6 +68,7 @@ def test_a_ray_sweep_equals_the_local_sweep_record_for_record(tiny_model_dir, tm
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_a_cell_whose_ray_worker_dies_resumes_from_its_last_checkpoint(tiny_model_dir, tmp_path):
     """A node leaving, as the cell sees it: its Ray worker is killed (SIGKILL). The child gets SIGTERM
     (it is tied to the worker) and saves last/; Ray runs the task again, which resumes the cell."""
@@ -127,6 +129,7 @@ def test_without_ray_the_backend_names_the_extra(tiny_model_dir, tmp_path, monke
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_sigterm_to_a_ray_sweep_saves_its_cells_resumably(tiny_model_dir, tmp_path):
     """A scheduler pre-empting the driver: its tasks are cancelled, each running cell saves last/ and exits
     143, the index says interrupted, exit 143, and the next sweep resumes the cell."""

@@ -86,6 +86,10 @@ def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
     for key in ("max_train_examples", "max_eval_examples"):
         value = getattr(t, key)
         need(value is None or value >= 1, f"task.{key}: must be >= 1 or null, got {value}")
+    cap = t.max_holdout_examples
+    need(cap is None or (isinstance(cap, int) and cap >= 2), f"task.max_holdout_examples: must be >= 2 or null (all), got {cap}")
+    need(cap is None or t.holdout > 0, "task.max_holdout_examples: caps the holdout's rows; set task.holdout too "
+                                       "(e.g. task.holdout=0.1), or drop it")
     if t.name == "custom" or t.name in plugins:
         for key in ("train_file", "dev_file", "text_fields", "label_field", "num_labels"):
             need(getattr(t, key) is not None, f"task.{key}: required for a custom task")

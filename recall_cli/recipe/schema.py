@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import yaml
 
-from ..names import ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES
+from ..names import (ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES, PROBE_BATCH_SIZE, PROBE_MAX_LENGTH,
+                     PROBE_NUM_PAIRS, PROBE_NUM_TEXTS)
 
 
 # Keys that config.yaml records only when they are set away from their default: added after runs were
@@ -94,6 +95,10 @@ class TaskConfig:
     # the same rows) to evaluate on during training and choose best/ by; the dev split is then scored
     # once at the end, as a test set. 0 = off: evaluations and best/ use the dev split.
     holdout: float = 0.0
+    # Score at most N of the held-out rows at each evaluation: a stratified sample, fixed as the holdout is
+    # (every run of the task scores the same rows), so that the chooser stays honest and cheap; the rest
+    # stay out of training. null = all of them (SST-2 at 0.2: 13,470 rows an evaluation).
+    max_holdout_examples: int | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -161,12 +166,12 @@ class ProbeConfig:
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
     # The choice probe's items, JSONL of {"prompt", "choices", "answer"}; null: data/probe/lm_choice.jsonl
     choices_file: str | None = field(default=None, metadata=WHEN_SET)
-    num_texts: int | None = 128  # first N probe sentences; null = all
+    num_texts: int | None = PROBE_NUM_TEXTS  # first N probe sentences; null = all
     # A fixed seeded sample of N pairs; null = all 1,500, the default: a sample of 256 moves the kept skill by points,
     # enough to cross a bar (a probe on all of them costs ~4x: benchmarks/probe_cost.py).
-    num_pairs: int | None = None
-    max_length: int = 64  # tokens per probe sentence
-    batch_size: int = 64
+    num_pairs: int | None = PROBE_NUM_PAIRS
+    max_length: int = PROBE_MAX_LENGTH  # tokens per probe sentence
+    batch_size: int = PROBE_BATCH_SIZE
     every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
 
 

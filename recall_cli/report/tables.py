@@ -98,7 +98,10 @@ def _diff(value: float | None, metric: str) -> str:
 
 
 def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any]]) -> list[list[tuple[str, bool]]]:
-    """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it."""
+    """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it ("range"
+    where its intervals are over fewer than 5 seeds: intervals.py)."""
+    from .intervals import band_label
+
     against = result.against
     if against is None or group is against.reference:
         return []
@@ -106,7 +109,8 @@ def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any
     for metric in against.metrics:
         shown = MEASURE_WORDS.get(metric, metric)
         diff: list[tuple[str, bool]] = [("", False), (f"Δ {shown}", False)]
-        band: list[tuple[str, bool]] = [("", False), (f"{100 * against.level:g}% CI", False)]
+        band: list[tuple[str, bool]] = [("", False), ("", False)]
+        kinds = set()
         for _, column in columns:
             interval = against.intervals.get((group.label, column, metric)) if isinstance(column, str) else None
             if not isinstance(column, str) or column not in group.cells:
@@ -116,9 +120,12 @@ def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any
                 diff.append(("n/a", False))
                 band.append(("n/a", False))
             else:
+                if interval.low is not None:
+                    kinds.add(interval.kind)
                 diff.append((_diff(interval.difference, metric), False))
                 band.append(("n/a" if interval.low is None else
                              f"[{_diff(interval.low, metric)}, {_diff(interval.high, metric)}]", False))
+        band[1] = (band_label(kinds or {"bootstrap"}, against.level), False)
         rows += [diff, band]
     return rows
 
@@ -226,15 +233,21 @@ def notes(result: Comparison, labels: str = "keys") -> list[str]:
 
 def against_notes(result: Comparison) -> list[str]:
     """What the Δ and CI rows are, over which seeds, and which cells have none."""
-    from .intervals import BOOTSTRAP_SEED, RESAMPLES
+    from .intervals import BOOTSTRAP_SEED, RANGE_BELOW, RESAMPLES
 
     against = result.against
     scale = "" if result.metric in raw_measures() else " (x100: points)"
     kept = f" and of the kept skill ({against.metrics[1]} x100)" if len(against.metrics) > 1 else ""
+    kinds = {i.kind for i in against.intervals.values() if i.low is not None}
+    what = []
+    if kinds - {"range"} or not kinds:
+        what.append(f"{100 * against.level:g}% CI: paired bootstrap percentile interval, {RESAMPLES:,} resamples of "
+                    f"those seeds (numpy default_rng({BOOTSTRAP_SEED}))")
+    if "range" in kinds:
+        what.append(f"range: the lowest and highest per-seed difference (fewer than {RANGE_BELOW} seeds: too few "
+                    f"for a confidence interval)")
     return [f"Δ: each setting minus {against.reference.name}, per task: the mean over the seeds both ran of the "
-            f"per-seed difference of {result.metric}{scale}{kept}; {100 * against.level:g}% CI: paired bootstrap "
-            f"percentile interval, {RESAMPLES:,} resamples of those seeds (numpy default_rng({BOOTSTRAP_SEED}))",
-            *against.notes]
+            f"per-seed difference of {result.metric}{scale}{kept}; {'; '.join(what)}", *against.notes]
 
 
 def rich_table(result: Comparison, labels: str = "names"):

@@ -258,14 +258,15 @@ def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
 
     parts = [f"{m} {_signed(i['difference'], m)} [{_signed(i['low'], m)}, {_signed(i['high'], m)}]"
              for m, i in ((x, ix), (y, iy)) if i is not None and i["low"] is not None]
+    how = (f"the seeds' range, too few for a {100 * against['level']:g}% interval" if ix.get("kind") == "range"
+           else f"{100 * against['level']:g}% paired bootstrap, {against['resamples']:,} resamples")
     if choice["non_inferior"]:
         verdict = f"non-inferior at margin {margin}"
     else:
         end, bound = (ix["high"], f"above {margin}") if x in lower_is_better() else (ix["low"], f"below -{margin}")
         verdict = f"not shown non-inferior at margin {margin} (the interval's end {_signed(end, x)} is {bound})"
     return [first, second + f"against vanilla fine-tuning, paired over seeds {seeds_text(ix['seeds'])} (n={ix['n']}): "
-            + ", ".join(parts) + f" ({100 * against['level']:g}% paired bootstrap, {against['resamples']:,} resamples): "
-            + verdict]
+            + ", ".join(parts) + f" ({how}): " + verdict]
 
 
 def _signed(value: float, metric: str) -> str:

@@ -141,9 +141,10 @@ def evaluate_checkpoint(
 
 def held_out_rows(task_cfg: Any, task: TaskType, tokenizer: Any) -> Features:
     """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
-    from ..tasks.holdout import holdout_split
+    from ..tasks.holdout import holdout_sample, holdout_split
 
     train = load_split(task_cfg, "train", task_cfg.max_train_examples)
     _, held = holdout_split(task, train.labels, task_cfg.holdout)
+    held = holdout_sample(task, train.labels, held, task_cfg.max_holdout_examples)
     rows = Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
     return task.tokenize(rows, tokenizer, task_cfg.max_seq_length)

@@ -146,6 +146,7 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
     if head is not None:
         _reach(address, head)
     temp_dir = local_temp_dir() if address in (None, "local") else None
+    quiet_token_warning(address)
     try:
         # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
@@ -168,6 +169,15 @@ def _check_cluster_fits(ray: Any, gpus: float, cpus: float) -> None:
             raise SweepError(f"{option} {wanted:g}: the Ray cluster has {total:g} {kind}s in all, so no cell could ever "
                              f"start: ask for at most {total:g}" + (" (or run on a cluster with GPUs)" if kind == "GPU"
                                                                     and not total else "") + "; nothing was written")
+
+
+def quiet_token_warning(address: str | None) -> None:
+    """A local Ray (no --address) turns token authentication on by default and says so in a WARNING on
+    every start. Naming that same mode explicitly (RAY_AUTH_MODE=token, Ray's own switch) keeps it and
+    the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
+    the user set, and RECALL_DEBUG=1 shows the warning."""
+    if address is None and not os.environ.get("RECALL_DEBUG"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,

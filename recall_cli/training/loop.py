@@ -452,7 +452,7 @@ def start_info(t: Training) -> dict[str, Any]:
     step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
-            "train_examples": len(t.task.train),
+            "train_examples": len(t.task.train), **t.task.holdout_info(t.plan.total_steps, tc.eval_every),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),

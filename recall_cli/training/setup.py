@@ -39,7 +39,7 @@ from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
 from ..tasks.batches import BatchOrder, padded_length, subset
-from ..tasks.holdout import holdout_split
+from ..tasks.holdout import holdout_cost, holdout_sample, holdout_split
 from . import checkpoint, compiled, preflight
 from .checkpoint import TrainerState
 from .loss import Term
@@ -54,8 +54,15 @@ class TaskData:
     kind: TaskType  # the task's type: how its batches are made (the loop's collate)
     train: Features
     dev: dict[str, Features]
-    holdout: Features | None = None  # task.holdout's rows, taken out of train
+    holdout: Features | None = None  # task.holdout's rows, taken out of train (those scored: max_holdout_examples)
+    held_out: int = 0  # how many rows task.holdout took out of train (the scored ones may be fewer)
     sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
+
+    def holdout_info(self, total_steps: int, eval_every: int) -> dict[str, str]:
+        """The start line's holdout: its size and cost (tasks/holdout.py), none without one."""
+        if self.holdout is None:
+            return {}
+        return {"holdout": holdout_cost(len(self.holdout), self.held_out, total_steps, eval_every)}
 
     @property
     def chooses_on(self) -> dict[str, Features]:
@@ -77,7 +84,9 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     if cfg.holdout <= 0:
         return TaskData(spec, kind, train, dev, sentences=sentences)
     kept, held = holdout_split(kind, train.labels, cfg.holdout)
-    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
+    scored = holdout_sample(kind, train.labels, held, cfg.max_holdout_examples)
+    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, scored), sentences=sentences,
+                    held_out=len(held))
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
