@@ -30,7 +30,7 @@ from ..methods import registry
 from ..methods.adapter import Adapted
 from ..methods.registry import MethodRun
 from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
-                     parameter_groups)
+                     enable_gradient_checkpointing, parameter_groups, weight_dtype)
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, input_names, load_inputs as probe_inputs, prober_for_run
@@ -204,7 +204,8 @@ def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any)
     adapter's own files from last/."""
     if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code), theta_star), None
+        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code,
+                                                weight_dtype(recipe.model)), theta_star), None
     built = build_model(recipe.model, task, recipe.train.seed)
     if adapter is None:
         return built, None
@@ -303,6 +304,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         return prepared  # the model would only add noise to a run that cannot start
 
     prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
+    if tc.gradient_checkpointing:  # refused here, before the run directory is touched
+        enable_gradient_checkpointing(prepared.built.model)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
