@@ -50,6 +50,8 @@ class Distributed:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    # train.distributed=fsdp under torchrun: the model is sharded (training/fsdp.py) instead of replicated by DDP
+    shards: bool = False
 
     @classmethod
     def from_env(cls) -> "Distributed":
@@ -87,8 +89,9 @@ class Distributed:
             dist.destroy_process_group()
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-        """DistributedDataParallel around ``model`` (the model itself in a single process)."""
-        if not self.enabled:
+        """DistributedDataParallel around ``model`` (the model itself in a single process, and under FSDP, where
+        training/fsdp.py has sharded it in place before the optimizer was built)."""
+        if not self.enabled or self.shards:
             return model
         from torch.nn.parallel import DistributedDataParallel
 
@@ -96,6 +99,9 @@ class Distributed:
 
     def no_sync(self, ddp_model: torch.nn.Module, skip: bool):
         """Accumulate gradients locally on micro-steps that are not the last of an optimizer step."""
+        if self.shards:  # FSDP2: no reduce-scatter until the last micro-step (it keeps unsharded gradients)
+            ddp_model.set_requires_gradient_sync(not skip)
+            return nullcontext()
         return ddp_model.no_sync() if self.enabled and skip else nullcontext()
 
     # ---- collectives (no-ops in one process) -----------------------------------------------------

@@ -394,10 +394,31 @@ def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_s
             shown = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
             report.add("dtype", "ok", f"weights in {shown}" + (" (the checkpoint's)" if name == "auto" else "")
                        + ("; fp32 master weights and Adam moments in the optimizer" if dtype != torch.float32 and adapter is None else ""))
-    if recipe.train.distributed == "fsdp" and world_size <= 1:
+    if recipe.train.distributed == "fsdp":
+        check_fsdp(report, recipe, world_size)
+
+
+def check_fsdp(report: Preflight, recipe: Recipe, world_size: int) -> None:
+    """What FSDP (training/fsdp.py) cannot shard yet is refused by name, with the setting that runs."""
+    methods = [m.name for m in registry.active(recipe)]
+    if world_size <= 1:
         problem = ("train.distributed=fsdp shards the model over processes, and this is one: start it under torchrun "
                    "(recall finetune R.yaml --nproc N, or torchrun --nproc_per_node N -m recall_cli finetune R.yaml)")
-        report.add("distributed", "fail", problem, PreflightError(problem))
+    elif methods:
+        # Their terms and hooks run theta*'s function on the whole model (the embedding and LM anchors' frozen
+        # copy, LoRA's wrapping, LP-FT's re-wrap): not sharded yet.
+        problem = (f"train.distributed=fsdp: {', '.join(methods)} cannot shard yet (its term or hooks need the whole "
+                   "model on one rank): turn it off, or use train.distributed=ddp")
+    elif recipe.probe.enabled:
+        problem = ("train.distributed=fsdp: the probes run theta* and the model on rank 0 alone, which a sharded "
+                   "model cannot: set probe.enabled=false (then `recall probe` the checkpoints), or use train.distributed=ddp")
+    elif recipe.train.compile == "on":
+        problem = "train.distributed=fsdp: the compiled step is not supported under FSDP yet: set train.compile=off"
+    else:
+        report.add("distributed", "ok", f"FSDP2 over {world_size} processes: weights, gradients, Adam's moments and "
+                                        "theta* sharded; checkpoints consolidated on rank 0")
+        return
+    report.add("distributed", "fail", problem, PreflightError(problem))
 
 
 def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: torch.device) -> None:
