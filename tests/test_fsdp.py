@@ -97,7 +97,7 @@ def test_each_rank_holds_half_of_the_weights_moments_and_theta_star_and_steps_li
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     full = ranks[0]["full"]
     for facts in ranks:
-        assert facts["all_sharded"] and facts["block_units"] == 2  # BERT's two layers, then the root
+        assert facts["all_sharded"] and facts["block_units"] == 3  # BERT's embeddings, its two layers, then the root
         # dim-0 shards: half of each tensor, give or take a row of the odd-sized ones
         assert abs(facts["params"] - full / 2) <= 0.01 * full
         assert facts["anchors"] == facts["params"]  # theta* placed like its parameter: no full copy anywhere
@@ -116,7 +116,8 @@ def test_each_rank_holds_half_of_the_weights_moments_and_theta_star_and_steps_li
 def test_blocks_are_each_models_transformer_layers():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    assert [type(b).__name__ for b in fsdp.blocks(tiny_bert(head="classifier"))] == ["BertLayer"] * 2
+    bert = [type(b).__name__ for b in fsdp.blocks(tiny_bert(head="classifier"))]
+    assert bert == ["BertEmbeddings", "BertLayer", "BertLayer"]  # BERT's _no_split_modules
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
                                          num_attention_heads=2, num_key_value_heads=2))
     assert [type(b).__name__ for b in fsdp.blocks(llama)] == ["LlamaDecoderLayer"] * 3
@@ -127,8 +128,8 @@ def test_blocks_are_each_models_transformer_layers():
 
 @pytest.mark.parametrize("sections, named", [
     ({}, "probe.enabled=false"),
-    ({"keep": {"embeddings": 1.0}}, "keep cannot shard yet"),
-    ({"model": {"lora": {"r": 4}}}, "lora cannot shard yet"),
+    ({"keep": {"embeddings": 1.0}}, "keep (keep.embeddings) cannot shard yet"),
+    ({"model": {"lora": {"r": 4}}, "optimizer": {"name": "adamw"}}, "lora (model.lora.r) cannot shard yet"),
 ])
 def test_what_fsdp_cannot_shard_is_refused_by_name(tiny_model_dir, tmp_path, sections, named):
     from recall_cli.recipe import build_recipe

@@ -192,9 +192,11 @@ class RecAdam(Optimizer):
             self.state[p]["anchor"] = anchor
         # torch casts every state tensor to its parameter's dtype: a 16-bit parameter's fp32 master and
         # moments are put back as they were saved, or a resume would round them.
-        params = [p for group in self.param_groups for p in group["params"]]
-        for index, saved in state_dict["state"].items():
-            p = params[int(index)]
+        # saved keys as torch matches them: the saved groups' ids (or names) in order against the parameters
+        params = dict(zip((key for group in state_dict["param_groups"] for key in group["params"]),
+                          (p for group in self.param_groups for p in group["params"])))
+        for key, saved in state_dict["state"].items():
+            p = params[key]
             if "master" not in saved:
                 continue
             for key in ("master", "exp_avg", "exp_avg_sq"):

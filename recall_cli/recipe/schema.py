@@ -146,15 +146,15 @@ class TrainConfig:
     # finished run (more steps or epochs). A run stopped before its end keeps everything, whatever this
     # says, so that --resume continues it; a run written before this key existed resumes as "all".
     save: Literal["all", "final"] = "final"
-    # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
-    # keeps that point as lp/. 0 = off.
-    linear_probe_steps: int = 0
     # Activation checkpointing (transformers' gradient_checkpointing_enable, non-reentrant): each layer's
     # activations are recomputed in the backward pass instead of kept, for about a third more step time.
     gradient_checkpointing: bool = field(default=False, metadata=WHEN_SET)
     # How N processes under torchrun share the model: ddp (a full replica each) or fsdp (FSDP2's fully_shard per
     # transformer block and the root: weights, gradients, Adam's moments and theta* each split over the ranks).
     distributed: Literal["ddp", "fsdp"] = field(default="ddp", metadata=WHEN_SET)
+    # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
+    # keeps that point as lp/. 0 = off.
+    linear_probe_steps: int = 0
     # The head phase's peak learning rate (a probe on a frozen encoder takes a larger step than fine-tuning
     # does; the schedule's warm-up and decay apply to it alike); null: optimizer.lr.
     linear_probe_lr: float | None = None

@@ -24,10 +24,12 @@ from ..distributed import Distributed
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks that FSDP shards one unit each: the model's _no_split_modules classes where
-    transformers names them (LlamaDecoderLayer), else the members of its ModuleLists (BERT's encoder.layer)."""
+    """The units FSDP shards one at a time: the modules of the classes transformers keeps whole
+    (_no_split_modules: LlamaDecoderLayer; BERT's BertEmbeddings and BertLayer), else the members of the
+    model's ModuleLists (its transformer blocks)."""
     names = set(getattr(model, "_no_split_modules", None) or ())
-    found = [m for m in model.modules() if type(m).__name__ in names]
+    # by the class or a base of it: fully_shard renames a module's class (BertLayer -> FSDPBertLayer)
+    found = [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
     if found:
         return found
     return [child for m in model.modules() if isinstance(m, nn.ModuleList) for child in m
@@ -142,4 +144,17 @@ def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, state: di
     """A consolidated optimizer state (gather's, read from last/ on every rank): each rank keeps its shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+    # torch places the loaded state like the optimizer's own, which RecAdam makes at its first step: take one
+    # at lr 0 on zero gradients (no weight moves; the moments and step counts it makes are then replaced).
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if any("step" not in optimizer.state.get(p, {}) for p in params):
+        lrs = [group["lr"] for group in optimizer.param_groups]
+        for group in optimizer.param_groups:
+            group["lr"] = 0.0
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        for group, lr in zip(optimizer.param_groups, lrs):
+            group["lr"] = lr
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

@@ -400,7 +400,7 @@ def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_s
 
 def check_fsdp(report: Preflight, recipe: Recipe, world_size: int) -> None:
     """What FSDP (training/fsdp.py) cannot shard yet is refused by name, with the setting that runs."""
-    methods = [m.name for m in registry.active(recipe)]
+    methods = [f"{m.name} ({m.switch})" for m in registry.active(recipe)]
     if world_size <= 1:
         problem = ("train.distributed=fsdp shards the model over processes, and this is one: start it under torchrun "
                    "(recall finetune R.yaml --nproc N, or torchrun --nproc_per_node N -m recall_cli finetune R.yaml)")
