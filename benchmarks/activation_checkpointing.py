@@ -30,7 +30,7 @@ _CHILD = r"""
 import json, sys, time
 import torch
 from recall_cli.testing import tiny_bert
-from recall_cli.model import enable_gradient_checkpointing
+from recall_cli.training.weights import enable_gradient_checkpointing
 from recall_cli.optim import RecAdam
 
 a = json.loads(sys.argv[1])

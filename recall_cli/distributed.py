@@ -69,6 +69,18 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def saves(self) -> bool:
+        """Whether this rank calls the checkpoint writer: rank 0, and under FSDP every rank (the weights are
+        gathered to rank 0 first, a collective)."""
+        return self.is_main or self.shards
+
+    @property
+    def scoring(self) -> "Distributed | None":
+        """How evaluation splits its batches: a batch per rank in turn (DDP); None under FSDP, where every
+        forward is a collective that every rank takes part in, so each rank scores every batch."""
+        return None if self.shards else self
+
     # ---- process group ---------------------------------------------------------------------------
 
     def init(self, device: torch.device) -> None:

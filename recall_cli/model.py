@@ -390,46 +390,7 @@ def auto_model_class(task: TaskType):
     return getattr(transformers, task.auto_class)
 
 
-# model.dtype's names -> torch dtypes; "auto" is the checkpoint's own (weight_dtype).
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_GGUF_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
-
-
-def checkpoint_dtype(location: str) -> str:
-    """The dtype a checkpoint stores its weights in, as model.dtype names it: config.json's dtype (torch_dtype
-    in older files), or a GGUF file's most common weight type; fp32 where neither says (a quantized GGUF is
-    dequantized to fp32)."""
-    name = resolve_name_or_path(location)
-    if name.endswith(GGUF_SUFFIX):
-        try:
-            import gguf
-
-            from collections import Counter
-
-            kinds = Counter(t.tensor_type.name for t in gguf.GGUFReader(name).tensors if len(t.shape) > 1)
-        except Exception:  # noqa: BLE001 - unreadable here: the loader names the problem
-            return "fp32"
-        return _GGUF_DTYPES.get(kinds.most_common(1)[0][0], "fp32") if kinds else "fp32"
-    config = Path(name).expanduser() / "config.json"
-    try:
-        import json
-
-        values = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
-    except (OSError, ValueError):
-        values = {}
-    written = str(values.get("dtype") or values.get("torch_dtype") or "float32")
-    return {"bfloat16": "bf16", "float16": "fp16"}.get(written, "fp32")
-
-
-def weight_dtype(cfg: ModelConfig) -> torch.dtype:
-    """The torch dtype model.dtype loads the weights in (auto: the checkpoint's)."""
-    name = getattr(cfg, "dtype", "fp32")
-    if name == "auto":
-        name = checkpoint_dtype(model_location(cfg.name_or_path, cfg.gguf_file))
-    return DTYPES[name]
-
-
-def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
+def build_model(cfg: ModelConfig, task: TaskType, seed: int, dtype: torch.dtype = torch.float32) -> BuiltModel:
     """Load the pretrained weights once: they are theta*, and the starting point under PI. The task's
     type says which model (its Auto class) and which head (its head_config: labels, problem type).
 
@@ -450,9 +411,9 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
         model_location(cfg.name_or_path, cfg.gguf_file),
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
-        # model.dtype (fp32 by default: autocast computes in 16 bits); bf16/fp16 weights keep fp32 master
-        # copies in the optimizer (optim.RecAdam), theta* as model.anchor_dtype says
-        dtype=weight_dtype(cfg),
+        # model.dtype (training/weights.py; fp32 by default: autocast computes in 16 bits); bf16/fp16 weights
+        # keep fp32 master copies in the optimizer (optim.RecAdam), theta* as model.anchor_dtype says
+        dtype=dtype,
         trust_remote_code=cfg.trust_remote_code,
         **task.head_config(),
     )
@@ -470,25 +431,10 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
 
     torch.manual_seed(seed)
     model = auto.from_config(
-        pretrained.config, dtype=weight_dtype(cfg), trust_remote_code=cfg.trust_remote_code
+        pretrained.config, dtype=dtype, trust_remote_code=cfg.trust_remote_code
     )
     del pretrained
     return BuiltModel(model, theta_star)
-
-
-def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    """train.gradient_checkpointing: transformers' own, non-reentrant (it works with frozen inputs, LoRA, DDP and
-    FSDP, and recomputes each layer's forward in the backward pass instead of keeping its activations)."""
-    from .errors import PreflightError
-
-    if not getattr(model, "supports_gradient_checkpointing", False):
-        raise PreflightError(f"train.gradient_checkpointing: {type(model).__name__} has no gradient checkpointing in "
-                             "transformers: set train.gradient_checkpointing=false (or a smaller train.batch_size)")
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False,

@@ -13,7 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from recall_cli.cli import app
-from recall_cli.model import build_model, checkpoint_dtype, enable_gradient_checkpointing, weight_dtype
+from recall_cli.model import build_model
+from recall_cli.training.weights import checkpoint_dtype, enable_gradient_checkpointing, weight_dtype
 from recall_cli.optim import RecAdam
 from recall_cli.recipe import build_recipe
 from recall_cli.recipe.schema import dump_recipe
@@ -80,7 +81,7 @@ def test_model_dtype_loads_the_weights_in_it_and_auto_reads_the_checkpoint(tmp_p
     tiny_bert(seed=3).to(torch.bfloat16).save_pretrained(bf16_dir)
     assert checkpoint_dtype(str(fp32_dir)) == "fp32" and checkpoint_dtype(str(bf16_dir)) == "bf16"
     cfg = load_recipe_dict(tiny_recipe(fp32_dir, tmp_path / "run", model={"dtype": "bf16"})).model
-    built = build_model(cfg, binary_task(), seed=0)
+    built = build_model(cfg, binary_task(), seed=0, dtype=weight_dtype(cfg))
     assert {p.dtype for p in built.model.parameters()} == {torch.bfloat16}
     reference = tiny_bert(seed=3).embeddings.word_embeddings.weight
     got = built.model.bert.embeddings.word_embeddings.weight

@@ -140,6 +140,13 @@ def gather(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> tuple[C
     return Consolidated(model, weights), ConsolidatedOptimizer(optim) if optim is not None else None
 
 
+def for_saving(model: nn.Module, state: tuple) -> tuple[nn.Module | None, tuple]:
+    """(the model, loop.save_weights's state: trainer state, optimizer, scaler, rng) with the weights and the
+    optimizer gathered to rank 0; (None, state) on the other ranks, which write nothing."""
+    weights, optimizer = gather(model, state[1] if len(state) > 1 else None)
+    return weights, (state[0], optimizer, *state[2:]) if len(state) > 1 else state
+
+
 def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """A consolidated optimizer state (gather's, read from last/ on every rank): each rank keeps its shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

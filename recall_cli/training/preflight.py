@@ -26,11 +26,12 @@ import torch
 
 from ..errors import PreflightError
 
-from ..model import head_is_new, is_trained_classifier, position_limit, weight_dtype
+from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
 from ..methods import registry
 from ..recipe import Recipe
 from ..tasks import TaskType
+from .weights import weight_dtype
 
 Status = Literal["ok", "warn", "fail"]
 

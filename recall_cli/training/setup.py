@@ -30,7 +30,7 @@ from ..methods import registry
 from ..methods.adapter import Adapted
 from ..methods.registry import MethodRun
 from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
-                     enable_gradient_checkpointing, parameter_groups, weight_dtype)
+                     parameter_groups)
 from ..names import OPTIMIZERS, Task
 from ..optim import RecAdam
 from ..probes.runner import Prober, input_names, load_inputs as probe_inputs, prober_for_run
@@ -41,6 +41,7 @@ from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_ty
 from ..tasks.batches import BatchOrder, padded_length, subset
 from ..tasks.holdout import holdout_split
 from . import checkpoint, compiled, fsdp, preflight
+from .weights import enable_gradient_checkpointing, weight_dtype
 from .checkpoint import TrainerState
 from .loss import Term
 from .methods import RunView, start_methods
@@ -206,7 +207,7 @@ def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any)
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
         return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code,
                                                 weight_dtype(recipe.model)), theta_star), None
-    built = build_model(recipe.model, task, recipe.train.seed)
+    built = build_model(recipe.model, task, recipe.train.seed, weight_dtype(recipe.model))
     if adapter is None:
         return built, None
     adapted = adapter.wrap(built.model, recipe, task)
@@ -250,6 +251,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
+    ctx.shards = ctx.enabled and tc.distributed == "fsdp"  # FSDP2 instead of DDP (training/fsdp.py)
     seed_everything(tc.seed)
     report = preflight.Preflight()
 
