@@ -135,6 +135,10 @@ def test_bytes_per_parameter_in_the_memory_estimate(tiny_model_dir, tmp_path):
     assert bf16 == pytest.approx(fp32)  # 2 + 4 + 2 + 8 + 4: 16-bit weights save nothing in full fine-tuning
     bf16_anchor, _ = per_parameter(dtype="bf16", anchor_dtype="bfloat16")
     assert bf16_anchor == pytest.approx(16 + 2 * (total - head) / total)
+    # FSDP over 4 ranks: each holds a quarter of every part of the model's state
+    recipe = load_recipe_dict(tiny_recipe(tiny_model_dir, tmp_path / "run", train={"distributed": "fsdp"}))
+    est = preflight.estimate_memory(recipe, config, binary_task(), torch.device("cpu"), "fp32", 4, [16])
+    assert est.bytes_per_parameter == pytest.approx(fp32 / 4, rel=1e-3)
 
 
 def _dry_run(recipe: dict, tmp_path: Path) -> tuple[int, str]:

@@ -278,6 +278,8 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
     if precision != "fp32" and (elt == 4 or lora):
         # autocast's 16-bit cache of the fp32 weights that train (it keeps no cast of a frozen one, nor of a 16-bit one)
         parts["autocast_copies"] = 2 * trained
+    if recipe.train.distributed == "fsdp" and world_size > 1:  # each rank holds 1/N of the model's state
+        parts.update({k: -(-v // world_size) for k, v in parts.items() if k in MODEL_STATE})
     if device.type == "cpu":
         # Every process tokenizes and keeps all training rows (ranks slice batches, not the data).
         parts["data"] = BYTES_PER_TOKEN * (sum(lengths) if lengths else 0)
