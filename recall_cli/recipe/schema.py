@@ -147,7 +147,7 @@ class TrainConfig:
     # says, so that --resume continues it; a run written before this key existed resumes as "all".
     save: Literal["all", "final"] = "final"
     # Activation checkpointing (transformers' gradient_checkpointing_enable, non-reentrant): each layer's
-    # activations are recomputed in the backward pass instead of kept, for about a third more step time.
+    # activations are recomputed in the backward pass instead of kept: one more forward pass a step (docs/scaling.md).
     gradient_checkpointing: bool = field(default=False, metadata=WHEN_SET)
     # How N processes under torchrun share the model: ddp (a full replica each) or fsdp (FSDP2's fully_shard per
     # transformer block and the root: weights, gradients, Adam's moments and theta* each split over the ranks).
