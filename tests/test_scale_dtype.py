@@ -242,3 +242,22 @@ def test_a_bf16_checkpointed_run_resumes_exactly(tiny_model_dir, tmp_path, monke
     part = load_file(tmp_path / "part" / "last" / "model.safetensors")
     assert {t.dtype for t in whole.values()} == {torch.bfloat16}
     assert whole.keys() == part.keys() and all(torch.equal(whole[k], part[k]) for k in whole)
+
+
+def test_fp16_weights_on_cuda_train_adapters_only(tiny_model_dir, tmp_path):
+    """The CUDA side of the refusal, decided without a GPU (nothing here touches one): fp16 weights under
+    full fine-tuning are refused with the reason, under LoRA they are accepted."""
+    from recall_cli.methods import registry
+
+    cuda = torch.device("cuda")
+    full = load_recipe_dict(tiny_recipe(tiny_model_dir, tmp_path / "a", model={"dtype": "fp16"}))
+    report = preflight.Preflight()
+    preflight.check_scale(report, full, cuda, 1, adapter=None)
+    (check,) = report.checks
+    assert check.status == "fail" and "cannot fine-tune every weight" in check.message and check.error.exit_code == 2
+    lora = load_recipe_dict(tiny_recipe(tiny_model_dir, tmp_path / "b", model={"dtype": "fp16", "lora": {"r": 4}},
+                                        optimizer={"name": "adamw"}))
+    report = preflight.Preflight()
+    preflight.check_scale(report, lora, cuda, 1, adapter=registry.active_adapter(lora))
+    (check,) = report.checks
+    assert check.status == "ok" and check.message == "weights in fp16"
