@@ -17,15 +17,8 @@ from .errors import ModelLoadError
 from .names import GGUF_PACKAGES, OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
+from .quiet import quiet_transformers  # noqa: F401  (its callers import it from here too)
 from .tasks import TaskType
-
-
-def quiet_transformers() -> None:
-    """transformers prints load reports and progress bars; the CLI reports what matters itself."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 PACKAGE_PREFIX = "pkg:"
@@ -394,7 +387,7 @@ def auto_model_class(task: TaskType):
     return getattr(transformers, task.auto_class)
 
 
-def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
+def build_model(cfg: ModelConfig, task: TaskType, seed: int, dtype: torch.dtype = torch.float32) -> BuiltModel:
     """Load the pretrained weights once: they are theta*, and the starting point under PI. The task's
     type says which model (its Auto class) and which head (its head_config: labels, problem type).
 
@@ -415,7 +408,9 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
         model_location(cfg.name_or_path, cfg.gguf_file),
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
-        dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute
+        # model.dtype (training/weights.py; fp32 by default: autocast computes in 16 bits); bf16/fp16 weights
+        # keep fp32 master copies in the optimizer (optim.RecAdam), theta* as model.anchor_dtype says
+        dtype=dtype,
         trust_remote_code=cfg.trust_remote_code,
         **task.head_config(),
     )
@@ -433,21 +428,22 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
 
     torch.manual_seed(seed)
     model = auto.from_config(
-        pretrained.config, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
+        pretrained.config, dtype=dtype, trust_remote_code=cfg.trust_remote_code
     )
     del pretrained
     return BuiltModel(model, theta_star)
 
 
-def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False) -> torch.nn.Module:
+def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False,
+                          dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A model saved by `recall finetune` (or any save_pretrained folder) for resuming or evaluating,
-    as ``task``'s type loads it."""
+    as ``task``'s type loads it; ``dtype``: a resumed run's model.dtype."""
     quiet_transformers()
     return _load(
         "model",
         auto_model_class(task).from_pretrained,
         str(folder),
-        dtype=torch.float32,
+        dtype=dtype,
         trust_remote_code=trust_remote_code,
     )
 

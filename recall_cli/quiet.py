@@ -8,6 +8,14 @@ import functools
 import os
 
 
+def quiet_transformers() -> None:
+    """transformers prints load reports and progress bars; the CLI reports what matters itself."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 @contextlib.contextmanager
 def quiet_gguf_bar():
     """transformers' GGUF reader draws its de-quantizing bar with tqdm directly, past quiet_transformers()'s

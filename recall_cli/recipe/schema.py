@@ -65,6 +65,11 @@ class ModelConfig:
     gguf_file: str | None = field(default=None, metadata=WHEN_SET)  # a GGUF file in the name_or_path folder (needs gguf)
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
+    # The dtype the weights are loaded and kept in: fp32 (the default: fp32 weights, autocast computes in
+    # train.precision), bf16 or fp16 (half the bytes a weight; the optimizer keeps fp32 master weights and fp32
+    # Adam moments of those that train: docs/scaling.md), or auto (the checkpoint's own: config.json's dtype,
+    # a GGUF file's tensor type; fp32 where it names none). fp16 needs CUDA.
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(default="fp32", metadata=WHEN_SET)
     trust_remote_code: bool = False
     # The classification head of a checkpoint that already has one: "auto" starts a fresh head when the
     # checkpoint is a fine-tuned classifier (its task's head is no prior for this task), "keep" loads it
@@ -146,6 +151,12 @@ class TrainConfig:
     # finished run (more steps or epochs). A run stopped before its end keeps everything, whatever this
     # says, so that --resume continues it; a run written before this key existed resumes as "all".
     save: Literal["all", "final"] = "final"
+    # Activation checkpointing (transformers' gradient_checkpointing_enable, non-reentrant): each layer's
+    # activations are recomputed in the backward pass instead of kept: one more forward pass a step (docs/scaling.md).
+    gradient_checkpointing: bool = field(default=False, metadata=WHEN_SET)
+    # How N processes under torchrun share the model: ddp (a full replica each) or fsdp (FSDP2's fully_shard per
+    # transformer block and the root: weights, gradients, Adam's moments and theta* each split over the ranks).
+    distributed: Literal["ddp", "fsdp"] = field(default="ddp", metadata=WHEN_SET)
     # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
     # keeps that point as lp/. 0 = off.
     linear_probe_steps: int = 0

@@ -40,7 +40,8 @@ from ..runtime import autocast_for, choose_precision, precision_of_saved_run, re
 from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
 from ..tasks.batches import BatchOrder, padded_length, subset
 from ..tasks.holdout import holdout_cost, holdout_sample, holdout_split
-from . import checkpoint, compiled, preflight
+from . import checkpoint, compiled, fsdp, preflight
+from .weights import enable_gradient_checkpointing, weight_dtype
 from .checkpoint import TrainerState
 from .loss import Term
 from .methods import RunView, start_methods
@@ -221,8 +222,9 @@ def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any)
     adapter's own files from last/."""
     if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code), theta_star), None
-    built = build_model(recipe.model, task, recipe.train.seed)
+        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code,
+                                                weight_dtype(recipe.model)), theta_star), None
+    built = build_model(recipe.model, task, recipe.train.seed, weight_dtype(recipe.model))
     if adapter is None:
         return built, None
     adapted = adapter.wrap(built.model, recipe, task)
@@ -266,6 +268,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
+    ctx.shards = ctx.enabled and tc.distributed == "fsdp"  # FSDP2 instead of DDP (training/fsdp.py)
     seed_everything(tc.seed)
     report = preflight.Preflight()
 
@@ -320,6 +323,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         return prepared  # the model would only add noise to a run that cannot start
 
     prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
+    if tc.gradient_checkpointing:  # refused here, before the run directory is touched
+        enable_gradient_checkpointing(prepared.built.model)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
@@ -376,14 +381,19 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     model, theta_star, p.built.theta_star = p.built.model, p.built.theta_star, None
     model.to(device)
     model.train()
+    if ctx.shards:  # FSDP2 (training/fsdp.py): sharded before the optimizer, which is built on the shards
+        fsdp.shard_model(model, device, p.precision)
     optimizer = build_optimizer(model, theta_star, recipe, p.plan)
-    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
+    if ctx.shards:
+        fsdp.shard_anchors(optimizer)  # each rank keeps its rows of theta*, like its parameters' (no full copy)
+    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank under DDP)
     if p.adapter is not None:  # theta* by the adapted layers' names; the distance is the adapter's update
         functional, pairs = p.adapter.theta_star_names(theta_star), []
     else:
         functional = theta_star  # what makes `model` compute theta*'s function (for the probes and the anchor)
         if not pairs:  # adamw: keep theta* only to measure forgetting
-            pairs = [(q, theta_star[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in theta_star]
+            pairs = [(q, fsdp.like(q, theta_star[n].to(device, anchor_dtype(recipe))))
+                     for n, q in model.named_parameters() if n in theta_star]
     scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
     pad_id = p.tokenizer.pad_token_id if p.tokenizer.pad_token_id is not None else 0
 
@@ -447,7 +457,10 @@ def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundi
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
     state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on
-    optimizer.load_state_dict(p.saved.optimizer["optimizer"])
+    if ctx.shards:  # last/ holds the consolidated state (by parameter name): each rank keeps its shards
+        fsdp.load_optimizer(p.built.model, optimizer, p.saved.optimizer["optimizer"])
+    else:
+        optimizer.load_state_dict(p.saved.optimizer["optimizer"])
     if p.saved.optimizer.get("scaler"):
         scaler.load_state_dict(p.saved.optimizer["scaler"])
     checkpoint.restore_rng(p.saved.rng, p.device)
