@@ -3,7 +3,7 @@ here by hand (GEM 2017; Chaudhry et al. 2018)."""
 
 import pytest
 
-from recall_cli.continual.matrix import (average_accuracy, backward_transfer, forgetting, forward_transfer,
+from recall_cli.sequence.matrix import (average_accuracy, backward_transfer, forgetting, forward_transfer,
                                          summarize)
 
 # Three tasks, a row 0 and every cell (a causal LM scores every task before it is trained).
