@@ -28,7 +28,7 @@ from ..errors import PluginError
 ENTRY_POINT_GROUP = "recall_cli.methods"
 # recall's own rooms, in the order tables, labels and summary.json list the methods.
 BUILTIN = ("recall_cli.methods.keep", "recall_cli.methods.lpft", "recall_cli.methods.lora", "recall_cli.methods.osf",
-           "recall_cli.methods.lmkeep")
+           "recall_cli.methods.lmkeep", "recall_cli.methods.ewc", "recall_cli.methods.replay")
 
 
 @dataclass(frozen=True)
