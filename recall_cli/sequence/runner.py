@@ -4,7 +4,8 @@ row that is not done: a finished stage is never trained again, an unfinished one
 
 The runner names no method. A method that needs the stages before it (EWC's Fisher, replay's rows) has a
 ``continual_overrides(earlier)`` hook: the recipe keys it adds to a stage, given the earlier stages' run
-directories; they are written into that stage's config.yaml like any key.
+directories (none for stage 1, where such a method turns itself off); they are written into that stage's
+config.yaml like any key.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def stage_recipe(plan: Plan, stage: Stage, chosen: list[Path]) -> Any:
     earlier = [s.run_dir for s in plan.stages[: stage.index - 1]]
     for method in registry.active(stage.recipe):
         hook = getattr(method, "continual_overrides", None)
-        if hook is not None and earlier:
+        if hook is not None:  # stage 1 too: a method with no past to keep turns itself off there
             extra += hook(earlier)
     return load_recipe(stage.file, plan.overrides + extra)
 

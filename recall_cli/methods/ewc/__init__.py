@@ -76,8 +76,8 @@ class ElasticWeightConsolidation(Method):
         return [found] if found else []
 
     def continual_overrides(self, earlier: list[Any]) -> list[str]:
-        """What `recall continual` adds to a stage after the first: the previous stage's run directory."""
-        return [f"ewc.previous={earlier[-1]}"]
+        """What `recall continual` adds to a stage: the previous stage's run directory (stage 1 has none: off)."""
+        return [f"ewc.previous={earlier[-1]}"] if earlier else ["ewc.weight=0"]
 
     def start(self, run: Any) -> MethodRun:
         from .fisher import EwcPenalty, fisher_for

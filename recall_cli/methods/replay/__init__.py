@@ -72,8 +72,8 @@ class Replay(Method):
         return [p for p in (problem("replay.previous", d) for d in r.previous) if p]
 
     def continual_overrides(self, earlier: list[Any]) -> list[str]:
-        """What `recall continual` adds to a stage after the first: every earlier stage's run directory."""
-        return [f"replay.previous={json.dumps([str(d) for d in earlier])}"]
+        """What `recall continual` adds to a stage: every earlier stage's run directory (stage 1 has none: off)."""
+        return [f"replay.previous={json.dumps([str(d) for d in earlier])}"] if earlier else ["replay.rows=0"]
 
     def start(self, run: Any) -> MethodRun:
         from .buffer import ReplayRun, build_buffer
