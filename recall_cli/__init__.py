@@ -31,6 +31,7 @@ _HOMES = {
     "RecAdam": "recall_cli.optim",
     "RecAdamCallback": "recall_cli.hf_trainer",
     "anchor_distance": "recall_cli.api",
+    # by name only (no TYPE_CHECKING import): the runner sits above training.loop, which imports this package
     "continual": "recall_cli.sequence.runner",
     "probe": "recall_cli.api",
     "recadam_for": "recall_cli.api",
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # for editors and type checkers; at run time each name loads 
     from .api import anchor_distance, embedding_anchor, freeze_encoder, probe, recadam_for, unfreeze_encoder
     from .hf_trainer import LinearProbeCallback, RecAdamCallback, add_loss_terms
     from .optim import RecAdam
-    from .sequence.runner import continual
     from .training.loss import loss_step
 
 
