@@ -99,6 +99,9 @@ def paired(method: dict[int, dict], base: dict[int, dict], get) -> str:
 
 
 def tables(found: dict[str, dict[int, dict]]) -> str:
+    if not found:
+        return ("No sequence of the study has finished and been committed yet (see \"Status of the study\" below);\n"
+                "this part is rebuilt from docs/study/runs/continual_seq/ when one has.\n")
     lines = []
     base = found.get("sequential", {})
     tasks = next(iter(next(iter(found.values())).values()))["tasks"] if found else []
