@@ -65,8 +65,15 @@ def continual(
             return
         from .console import make_reporter, print_table
 
-        record = run_continual(files, overrides, out, resume=resume, overwrite=overwrite, seed=seed,
-                               reporter_for=lambda stage: make_reporter(plain), note=lambda t: typer.echo(t, err=True))
+        from ..errors import Preempted
+
+        try:
+            record = run_continual(files, overrides, out, resume=resume, overwrite=overwrite, seed=seed,
+                                   reporter_for=lambda stage: make_reporter(plain), note=lambda t: typer.echo(t, err=True))
+        except Preempted as stop:  # the stage's own words name finetune; the sequence resumes as a whole
+            stop.args = (f"stopped by SIGTERM after step {stop.step} of {stop.run_dir}; its last/ holds a complete "
+                         f"checkpoint: continue with recall continual --resume --out {out}",)
+            raise
         if as_json:
             typer.echo(dumps_json(record))
             return
