@@ -14,6 +14,7 @@ module and name is private and may change. Names load on first use, so ``import 
     freeze_encoder / unfreeze_encoder     LP-FT's two phases in a plain loop
     add_loss_terms(trainer, *terms)       the same terms in the Hugging Face Trainer's loss, logged
     LinearProbeCallback(steps)            LP-FT in the Hugging Face Trainer
+    continual(stages, overrides, out)     `recall continual`: task after task, returning the continual matrix
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 from .names import VERSION as __version__
 
 __all__ = ["LinearProbeCallback", "RecAdam", "RecAdamCallback", "__version__", "add_loss_terms", "anchor_distance",
-           "embedding_anchor", "freeze_encoder", "loss_step", "probe", "recadam_for", "unfreeze_encoder"]
+           "continual", "embedding_anchor", "freeze_encoder", "loss_step", "probe", "recadam_for", "unfreeze_encoder"]
 
 _HOMES = {
     "RecAdam": "recall_cli.optim",
     "RecAdamCallback": "recall_cli.hf_trainer",
     "anchor_distance": "recall_cli.api",
+    # by name only (no TYPE_CHECKING import): the runner sits above training.loop, which imports this package
+    "continual": "recall_cli.sequence.runner",
     "probe": "recall_cli.api",
     "recadam_for": "recall_cli.api",
     "embedding_anchor": "recall_cli.api",

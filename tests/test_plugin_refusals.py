@@ -89,7 +89,7 @@ def test_an_entry_point_naming_the_class_its_module_registers_is_taken_once(inst
     """The variant that must not be refused: a module that registers its class, named by that class."""
     install(tidy=(HEAD + "class Tidy(Method):\n    name, label, switch = 'tidy', 'tidy', 'train.seed'\n"
                          "register_method(Tidy())\n", "Tidy"))
-    assert [m.name for m in registry.methods()] == ["keep", "lp_ft", "lora", "osf", "lm_keep", "tidy"]
+    assert [m.name for m in registry.methods()] == ["keep", "lp_ft", "lora", "osf", "lm_keep", "ewc", "replay", "tidy"]
 
 
 def test_an_instance_whose_switch_is_a_built_ins_is_refused_naming_the_plugin(install):

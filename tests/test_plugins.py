@@ -118,4 +118,4 @@ def test_register_method_from_the_library(monkeypatch):
     registry.register_method(Ewc())
     assert hue_family({"train.seed": 3, "keep.embeddings": 1.0}) == "ewc_test" and hues()["ewc_test"] == "#332288"
     assert _method_words({"train.seed": 3, "model.lora.r": 8}) == ["LoRA r=8", "EWC 3"]
-    assert json.dumps([m.name for m in registry.methods()]) == '["keep", "lp_ft", "lora", "osf", "lm_keep", "ewc_test"]'
+    assert json.dumps([m.name for m in registry.methods()]) == '["keep", "lp_ft", "lora", "osf", "lm_keep", "ewc", "replay", "ewc_test"]'

@@ -347,6 +347,10 @@ register_merge(app)
 from .predict import register as register_predict  # noqa: E402 - recall predict, recall recipes
 
 register_predict(app)
+
+from .continual import register as register_continual  # noqa: E402 - recall continual
+
+register_continual(app)
 use_recall_commands(app)  # every command's --help in one style (common.RecallCommand)
 
 

@@ -7,6 +7,9 @@
     lpft/         LP-FT: the head alone first (encoder frozen), then everything
     lora/         low-rank adapters through peft, merged into plain checkpoints
     lmkeep/       the LM anchor: a causal LM's next-token distributions on general text kept near theta*'s
+    ewc/          EWC across the stages of `recall continual`: the previous stage's Fisher-weighted weights kept
+    replay/       replay across the stages: earlier tasks' rows mixed into each batch through their own heads
+    stages.py     what a method reads of an earlier stage (its recipe, training rows, checkpoint)
 
 A method outside recall plugs in through the entry-point group ``recall_cli.methods`` or
 :func:`register_method` (docs/extending.md). Importing this package loads no torch.

@@ -30,7 +30,7 @@ from .loader import Registry, admit_instance, failure
 ENTRY_POINT_GROUP = "recall_cli.methods"
 # recall's own rooms, in the order tables, labels and summary.json list the methods.
 BUILTIN = ("recall_cli.methods.keep", "recall_cli.methods.lpft", "recall_cli.methods.lora", "recall_cli.methods.osf",
-           "recall_cli.methods.lmkeep")
+           "recall_cli.methods.lmkeep", "recall_cli.methods.ewc", "recall_cli.methods.replay")
 # recall's own recipe sections (recipe/schema.py's SECTIONS, output_dir and the plugins' mapping): a plugin's
 # section of one of these names would shadow recall's keys in every recipe.
 RESERVED_SECTIONS = ("model", "task", "optimizer", "train", "probe", "keep", "output_dir", "plugins")

@@ -235,7 +235,9 @@ class Recipe:
         section = _written if as_written else dataclasses.asdict
         out = {f.name: section(getattr(self, f.name)) if dataclasses.is_dataclass(getattr(self, f.name))
                else getattr(self, f.name) for f in fields(self) if f.name not in ("plugins", "output_dir")}
-        out.update({name: section(plugin) for name, plugin in self.plugins.items()})
+        # A plugin section at its defaults (the method off) is not written: a plain run's config.yaml stays
+        # what earlier versions wrote, whichever methods are installed; read back, it is the defaults again.
+        out.update({name: section(plugin) for name, plugin in self.plugins.items() if plugin != type(plugin)()})
         out["output_dir"] = self.output_dir
         return out
 
