@@ -43,10 +43,10 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def dev_labels(task_dir: str, limit: int | None = None) -> list[int]:
-    with open(GLUE / task_dir / "dev.tsv", encoding="utf-8") as f:
+def dev_labels(task_dir: str, limit: int | None = None, column: str = "label") -> list[int]:
+    with open(GLUE / task_dir / "dev.tsv", encoding="utf-8-sig") as f:  # MRPC's header starts with a BOM
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [int(r["label"]) for r in rows][:limit]
+    return [int(r[column]) for r in rows][:limit]
 
 
 def sst2_sentences(n: int) -> list[str]:
@@ -123,17 +123,18 @@ def test_a_users_jsonl_gets_probabilities_that_agree_with_the_prediction(sst2_ru
     records = read_jsonl(out)
     assert [r["index"] for r in records] == list(range(12))
     for i, r in enumerate(records):
-        assert r["prediction"] in SST2_CLASSES
+        assert r["prediction"] in ("0", "1")  # SST-2's labels as its files write them, as the TSV
         probs = r["probabilities"]
         assert len(probs) == 2 and math.isclose(sum(probs), 1.0, abs_tol=1e-9)
-        assert SST2_CLASSES[int(np.argmax(probs))] == r["prediction"]
-        assert r.get("label") == (None if i % 3 == 0 else labels[i])
+        assert str(int(np.argmax(probs))) == r["prediction"]
+        # a label given as "1" or as "negative" comes back in the prediction's form
+        assert r.get("label") == (None if i % 3 == 0 else str(labels[i]))
 
     # The same sentences through the dev split, as JSONL: the same model, the same probabilities.
     dev_out = tmp_path / "dev.jsonl"
     assert predict(sst2_run, "--split", "dev", "--out", dev_out).exit_code == 0
     dev_records = read_jsonl(dev_out)[:12]
-    assert [r["label"] for r in dev_records] == labels
+    assert [r["label"] for r in dev_records] == [str(label) for label in labels]
     for mine, dev in zip(records, dev_records):
         assert mine["probabilities"] == pytest.approx(dev["probabilities"], abs=1e-5)
 
@@ -222,14 +223,31 @@ def test_a_users_csv_with_the_hubs_column_names_and_a_tsv_out(mrpc_run, tmp_path
     assert predict(mrpc_run, "--split", source, "--out", out).exit_code == 0
     records = read_jsonl(out)
     assert [r["index"] for r in records] == [0, 1]
-    assert records[0]["label"] == 1 and "label" not in records[1]
-    assert all(r["prediction"] in ("not_equivalent", "equivalent") for r in records)
+    assert records[0]["label"] == "1" and "label" not in records[1]
+    assert all(r["prediction"] in ("0", "1") for r in records)
     tsv = tmp_path / "pairs.tsv"  # the --out suffix picks the format
     assert predict(mrpc_run, "--split", source, "--out", tsv).exit_code == 0
     rows = read_tsv(tsv)
-    # The TSV holds MRPC's own labels (0/1, what GLUE's server reads), the JSONL the class names.
-    names = ("not_equivalent", "equivalent")
-    assert rows[0] == ["index", "prediction"] and [names[int(r[1])] for r in rows[1:]] == [r["prediction"] for r in records]
+    # Both hold MRPC's own labels (0/1, what GLUE's server reads).
+    assert rows[0] == ["index", "prediction"] and [r[1] for r in rows[1:]] == [r["prediction"] for r in records]
+
+
+def test_a_jsonls_prediction_and_label_compare(mrpc_run, tmp_path):
+    """One form for both (issue 53): `prediction == label` counts the right rows, and a label named as
+    its class ("equivalent") comes back as the file writes it ("1")."""
+    out = tmp_path / "dev.jsonl"
+    assert predict(mrpc_run, "--split", "dev", "--out", out).exit_code == 0
+    records = read_jsonl(out)
+    truth = dev_labels("MRPC", len(records), "Quality")
+    assert [r["label"] for r in records] == [str(label) for label in truth]
+    predicted = [int(np.argmax(r["probabilities"])) for r in records]
+    assert sum(r["prediction"] == r["label"] for r in records) == sum(p == t for p, t in zip(predicted, truth))
+    source = tmp_path / "named.jsonl"
+    source.write_text(json.dumps({"sentence1": "A cat.", "sentence2": "A cat.", "label": "equivalent"}) + "\n",
+                      encoding="utf-8")
+    assert predict(mrpc_run, "--split", source, "--out", tmp_path / "named_out.jsonl").exit_code == 0
+    [named] = read_jsonl(tmp_path / "named_out.jsonl")
+    assert named["label"] == "1" and named["prediction"] == str(int(np.argmax(named["probabilities"])))
 
 
 def test_a_regression_task_predicts_floats(tiny_model_dir, tmp_path):
@@ -368,8 +386,7 @@ GLUE_SUBMISSION_LABELS = {"cola": ("0", "1"), "sst2": ("0", "1"), "mrpc": ("0", 
 
 @pytest.mark.parametrize("name", sorted(GLUE_SUBMISSION_LABELS))
 def test_the_tsv_holds_each_glue_tasks_own_labels(name):
-    """recall predict's TSV writes the class as GLUE's files do (MRPC's 0/1, not 'equivalent'); the JSONL
-    keeps the class names (config.json's id2label)."""
+    """recall predict's TSV and JSONL write the class as GLUE's files do (MRPC's 0/1, not 'equivalent')."""
     from recall_cli.names import TASKS
     from recall_cli.tasks import task_type_for
 
@@ -377,7 +394,7 @@ def test_the_tsv_holds_each_glue_tasks_own_labels(name):
     labels = GLUE_SUBMISSION_LABELS[name]
     outputs = np.eye(len(labels), dtype=np.float32)[[*range(len(labels)), 0]]
     assert task.submission(outputs) == [*labels, labels[0]]
-    assert [p.text for p in task.predictions(outputs)][: len(labels)] == list(TASKS[name].id2label)
+    assert [p.value for p in task.predictions(outputs)] == [*labels, labels[0]]
 
 
 def test_the_stsb_tsv_holds_the_score():

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
 def predict(
     path: Annotated[Path, typer.Argument(help="A run directory (its best/ checkpoint predicts) or a checkpoint folder.", show_default=False)],
     split: Annotated[str, typer.Option(help="test (GLUE's test split from the task's data_dir: test.tsv; MNLI test_matched, test_mismatched), dev (the rows `recall evaluate` scores), or a .csv/.tsv/.jsonl file with the task's text columns (a label column is optional).", show_default=False)],
-    out: Annotated[Path, typer.Option(help="File to write: .tsv is GLUE's submission format (index, prediction: the label as the task's files write it, e.g. 0/1 for MRPC, or a float for STS-B), .jsonl one object per row (index, prediction, label when known, probabilities); other names take TSV for test/dev and JSONL for a file.", show_default=False)],
+    out: Annotated[Path, typer.Option(help="File to write: .tsv is GLUE's submission format (index, prediction: the label as the task's files write it, e.g. 0/1 for MRPC, or a float for STS-B), .jsonl one object per row (index, prediction and label when known, both in the TSV's form, probabilities); other names take TSV for test/dev and JSONL for a file.", show_default=False)],
     batch_size: Annotated[Optional[int], typer.Option(help="Examples per forward pass (default: the run's eval batch size).", show_default=False)] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,

@@ -10,8 +10,9 @@ autocast, on CPU or CUDA):
 * a ``.csv``/``.tsv``/``.jsonl`` file of the user's, with the task's text columns; a label column is
   optional (a row may leave it empty).
 
-Written as a GLUE-submission TSV (``index<TAB>prediction``, the class name: SST-2 "positive", a float
-for STS-B) or as JSONL (``{"index", "prediction", "label", "probabilities"}``), chosen by the --out
+Written as a GLUE-submission TSV (``index<TAB>prediction``, the label as the task's files write it:
+SST-2's "1", a float for STS-B) or as JSONL (``{"index", "prediction", "label", "probabilities"}``,
+prediction and label in that same form so that they compare), chosen by the --out
 suffix (.tsv / .jsonl), else by the split: TSV for test and dev, JSONL for a file. The file appears
 complete or not at all (staged, then renamed into place).
 """
@@ -259,7 +260,7 @@ def run_precision(recipe: Any, run_dir: Path | None, folder: Path, device: Any) 
 
 def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str) -> str:
     """The file's text: a GLUE TSV (index, prediction: the label as the task's files write it, which GLUE's
-    server reads) or JSONL (index, prediction: the class's name, label, probabilities), a score for STS-B."""
+    server reads) or JSONL (index, prediction and label, both as the task's files write labels, probabilities), a score for STS-B."""
     from ..rundir import dumps_strict
 
     if fmt == "tsv":  # the labels as the task's files write them: GLUE's submission format
@@ -270,7 +271,7 @@ def format_predictions(task: TaskType, rows: Rows, outputs: np.ndarray, fmt: str
         record: dict[str, Any] = {"index": int(rows.index[n]) if rows.index[n].lstrip("-").isdigit() else rows.index[n],
                                   "prediction": prediction.value}
         if rows.labels is not None and rows.labels[n] is not None:
-            record["label"] = rows.labels[n]
+            record["label"] = task.written(rows.labels[n])  # the prediction's form: the two compare
         if prediction.probabilities is not None:
             record["probabilities"] = prediction.probabilities
         lines.append(dumps_strict(record) + "\n")

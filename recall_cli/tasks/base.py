@@ -71,7 +71,7 @@ class Features:
 class Prediction:
     """One row of `recall predict`'s file."""
 
-    value: Any  # JSONL's "prediction": a class's name, a score
+    value: Any  # JSONL's "prediction": a label as the task's files write it, a score
     text: str  # the TSV's prediction column
     probabilities: list[float] | None = None  # JSONL's "probabilities", one per class (None: no classes)
 
@@ -148,6 +148,11 @@ class TaskType(ABC):
     @abstractmethod
     def predictions(self, outputs: np.ndarray) -> list[Prediction]:
         """What `recall predict` writes for each row of the model's raw outputs."""
+
+    def written(self, label: Any) -> Any:
+        """A label as parse_label returned it -> as the task's files write it: what JSONL's ``label``
+        holds, in the form of its ``prediction`` (a class id -> "1"; a score or a completion as it is)."""
+        return label
 
     def submission(self, outputs: np.ndarray) -> list[str]:
         """Each row's prediction as the task's own files write labels: what a GLUE-style TSV submission

@@ -71,19 +71,17 @@ class Classification(SequenceTask):
     def strata(self, labels: Sequence[Any]) -> list[Hashable]:
         return list(labels)  # each class gives its share
 
-    def submission(self, outputs) -> list[str]:
-        """The class as the task's files write its label: GLUE's own values, which its server reads (0/1 for
-        CoLA, SST-2, MRPC, QQP and WNLI; entailment/not_entailment for RTE and QNLI; MNLI's three words),
-        not the class names of predictions (SST-2's positive)."""
-        values = self.spec.labels or tuple(str(i) for i in range(self.num_labels))
-        return [values[i] for i in outputs.argmax(axis=1)]
+    def written(self, label: int) -> str:
+        return (self.spec.labels or tuple(str(i) for i in range(self.num_labels)))[label]
 
     def predictions(self, outputs) -> list[Prediction]:
-        """The class's name (SST-2's "positive", as config.json's id2label), with every class's probability."""
+        """The class as the task's files write its label, in the TSV (GLUE's own values, which its server
+        reads: 0/1 for CoLA, SST-2, MRPC, QQP and WNLI; entailment/not_entailment for RTE and QNLI; MNLI's
+        three words) and in the JSONL, whose ``label`` is written the same way so that the two compare;
+        with every class's probability, in the labels' order."""
         from .metrics import softmax
 
-        classes = self.spec.id2label or tuple(str(i) for i in range(self.num_labels))
-        names = [classes[i] for i in outputs.argmax(axis=1)]
+        names = [self.written(int(i)) for i in outputs.argmax(axis=1)]
         return [Prediction(name, name, [float(p) for p in row]) for name, row in zip(names, softmax(outputs))]
 
 
