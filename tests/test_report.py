@@ -339,3 +339,20 @@ def test_a_method_s_keys_do_not_name_the_runs_that_leave_it_off(tmp_path):
     result = invoke("compare", str(tmp_path), "--format", "json")
     assert result.exit_code == 0, result.output
     assert sorted(g["name"] for g in json.loads(result.stdout)) == ["LoRA r=8", "embedding anchor 1", "vanilla fine-tuning"]
+
+
+def test_a_lora_variant_is_named_in_its_label(tmp_path):
+    """A DoRA run was 'LoRA r=8' beside plain LoRA (issue 53): each variant (DoRA, PiSSA, CorDA, rsLoRA)
+    is in the name; plain LoRA keeps its name."""
+    variants = {"plain": {}, "dora": {"use_dora": True}, "pissa": {"init": "pissa"}, "corda": {"init": "corda"},
+                "rslora": {"use_rslora": True}, "both": {"init": "pissa", "use_dora": True}}
+    for name, lora in variants.items():
+        for seed in (1, 2):
+            run = fake_run(tmp_path, f"{name}_s{seed}", optimizer="adamw", seed=seed)
+            config = yaml.safe_load((run / "config.yaml").read_text())
+            config["model"]["lora"].update(r=8, **lora)
+            (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = invoke("compare", str(tmp_path), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert sorted(g["name"] for g in json.loads(result.stdout)) == [
+        "LoRA r=8", "LoRA r=8 CorDA", "LoRA r=8 DoRA", "LoRA r=8 PiSSA", "LoRA r=8 PiSSA DoRA", "LoRA r=8 rsLoRA"]

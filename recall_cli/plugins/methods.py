@@ -65,6 +65,7 @@ class Method:
     switch: ClassVar[str]  # the dotted key whose value turns it on (0 / null / false = off) and is its strength
     keys: ClassVar[tuple[str, ...]] = ()  # every dotted key it reads (docs, sweeps)
     reads: ClassVar[tuple[str, ...]] = ()  # keys it also reads that another method owns (and documents)
+    named_keys: ClassVar[tuple[str, ...]] = ()  # keys besides the switch that named() spells (LoRA's use_dora)
     cell: ClassVar[str] = ""  # a sweep cell's prefix for the switch: keep1.0, lp100, r8
     short: ClassVar[str | None] = None  # the switch's short name in compare --by / --where and labels: lora_r
     needs: ClassVar[str | None] = None  # what of theta* it keeps during training ("features"), or None
@@ -83,6 +84,11 @@ class Method:
     def words(self, strength: Any) -> str:
         """A report's name for a run with this method at ``strength``: "embedding anchor 1"."""
         return f"{self.label} {strength:g}" if isinstance(strength, (int, float)) else f"{self.label} {strength}"
+
+    def named(self, values: Mapping[str, Any]) -> str:
+        """A report's name for a run with these dotted keys: its words at its strength, by default; a
+        method whose other keys make a different method (LoRA's DoRA) names them too."""
+        return self.words(self.strength(values))
 
     def describe(self, recipe: Any) -> str:
         """The start line's, summary.json's and the card's words for it on ``recipe``."""

@@ -44,8 +44,8 @@ RANK = {"vanilla": 0, "trained": 1, "wise": 2, "recall": 3, "merge": 4}
 
 
 def method_keys() -> tuple[str, ...]:
-    """The methods' switches a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8"."""
-    return tuple(m.switch for m in methods())
+    """The methods' keys a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8 DoRA"."""
+    return tuple(key for m in methods() for key in (m.switch, *m.named_keys))
 
 
 def family_titles() -> dict[str, str]:
@@ -216,7 +216,7 @@ def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str
 def _method_words(full: dict[str, Any]) -> list[str]:
     """The methods a run turned on, in their registry entries' words with their strength (runs made
     before the methods existed have none of their keys: no words)."""
-    return [m.words(m.strength(full)) for m in methods() if m.strength(full)]
+    return [m.named(full) for m in methods() if m.strength(full)]
 
 
 def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) -> tuple[str, str, float]:

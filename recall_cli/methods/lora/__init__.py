@@ -77,6 +77,7 @@ class Lora(Adapter):
     keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules", "model.lora.init",
             "model.lora.corda_samples", "model.lora.use_dora", "model.lora.use_rslora")
     cell = "r"
+    named_keys = ("model.lora.init", "model.lora.use_dora", "model.lora.use_rslora")
     short = "lora_r"
     family = Family("lora", "#D55E00", hue_rank=1)
 
@@ -86,6 +87,15 @@ class Lora(Adapter):
 
     def words(self, strength: Any) -> str:
         return f"LoRA r={strength}"
+
+    def named(self, values: Any) -> str:
+        # A variant is a different method at the same rank: "LoRA r=8 DoRA", never plain "LoRA r=8".
+        # Runs made before a variant's key existed lack it: their names stay as they were.
+        init = values.get("model.lora.init") or "default"
+        variants = ([INIT_NAMES.get(init, init)] if init != "default" else []) \
+            + [name for key, name in (("model.lora.use_dora", "DoRA"), ("model.lora.use_rslora", "rsLoRA"))
+               if values.get(key)]
+        return " ".join([self.words(self.strength(values)), *variants])
 
     def summary(self, recipe: Any) -> dict[str, Any]:
         lora = recipe.model.lora
@@ -167,6 +177,9 @@ class Lora(Adapter):
         if prepared.adapter.start is not None:
             lines["lora_init"] = prepared.adapter.start.note()
         return lines
+
+
+INIT_NAMES = {"pissa": "PiSSA", "corda": "CorDA"}  # model.lora.init as reports name it
 
 
 def variant_words(lora: Any) -> list[str]:
