@@ -96,3 +96,17 @@ def test_a_recipe_copied_out_of_a_clone_says_where_data_glue_lives(tmp_path, tin
         os.chdir(here)
     assert result.exit_code == 2
     assert "data/glue/ comes with a clone of the recall repository, not with the pip package" in result.stderr
+
+
+def test_a_recipe_path_one_letter_off_gets_a_did_you_mean(tmp_path):
+    """Issue 53: `recall finetune recipes/minilm_mrcp.yaml` said only "check the path". The folder's own
+    files and the shipped recipes are the candidates; a name near none keeps the old words."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "my_sst2.yaml").write_text("task: {name: sst2}\n", encoding="utf-8")
+    code, said, torch_loaded = refuse("finetune", "mine/my_sts2.yaml", cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert "recipe file not found: mine/my_sts2.yaml (did you mean mine/my_sst2.yaml?)" in said, said
+    code, said, _ = refuse("finetune", "minilm_mrcp.yaml", cwd=tmp_path)  # a shipped recipe's name, one letter off
+    assert code == 2 and "(did you mean " in said and said.rstrip().endswith("recipes/minilm_mrpc.yaml?)"), said
+    code, said, _ = refuse("finetune", "mine/zzz.yaml", cwd=tmp_path)
+    assert code == 2 and "recipe file not found: mine/zzz.yaml (check the path)" in said and "did you mean" not in said

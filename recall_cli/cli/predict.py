@@ -80,22 +80,10 @@ def predict(
 # ---- recipes --------------------------------------------------------------------------------------
 
 
-def recipes_folder() -> Path:
-    """The shipped recipes: recall_cli/recipes in an installed package (package data) or a clone (a link
-    to recipes/); a clone whose link was checked out as a plain file (Windows without symlinks) has them
-    beside the package."""
-    from importlib.resources import files
-
-    import recall_cli
-
-    packaged = Path(str(files("recall_cli") / "recipes"))
-    if packaged.is_dir():
-        return packaged.resolve()  # a clone's link: name the recipes/ folder a user edits
-    return Path(recall_cli.__file__).resolve().parents[1] / "recipes"
-
-
 def shipped_recipes() -> dict[str, Path]:
     """Name (quickstart.yaml, study/sst2.yaml) -> file, sorted by name."""
+    from ..recipe.file import recipes_folder
+
     folder = recipes_folder()
     found = sorted(p for p in folder.rglob("*.yaml") if p.is_file()) if folder.is_dir() else []
     return {p.relative_to(folder).as_posix(): p for p in found}

@@ -40,10 +40,50 @@ def _count_values(value: Any, budget: int = MAX_VALUES) -> int:
     return seen
 
 
+def recipes_folder() -> Path:
+    """The shipped recipes: recall_cli/recipes in an installed package (package data) or a clone (a link
+    to recipes/); a clone whose link was checked out as a plain file (Windows without symlinks) has them
+    beside the package."""
+    from importlib.resources import files
+
+    import recall_cli
+
+    packaged = Path(str(files("recall_cli") / "recipes"))
+    if packaged.is_dir():
+        return packaged.resolve()  # a clone's link: name the recipes/ folder a user edits
+    return Path(recall_cli.__file__).resolve().parents[1] / "recipes"
+
+
+def _did_you_mean(path: Path) -> str:
+    """' (did you mean recipes/minilm_mrpc.yaml?)' for a path a few letters off a recipe in its own
+    folder or a shipped one (shown as a path the command takes), else ''."""
+    import difflib
+
+    candidates: dict[str, Path] = {}
+    shipped = recipes_folder()
+    for folder in (shipped, path.parent):  # the user's own folder last: its files win a tie of names
+        try:
+            for found in sorted(folder.glob("*.y*ml")):
+                candidates[found.name] = found if folder == shipped else path.parent / found.name
+        except OSError:
+            continue
+    close = difflib.get_close_matches(path.name, list(candidates), n=1, cutoff=0.8)
+    if not close:
+        return ""
+    found = candidates[close[0]]
+    if found.is_absolute():  # a shipped recipe: relative to here when it is below
+        try:
+            found = found.relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+    return f" (did you mean {found.as_posix()}?)"
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise RecipeError(str(path), [f"recipe file not found: {path} (check the path)"])
+        hint = _did_you_mean(path) if path.suffix.lower() in (".yaml", ".yml", "") else ""
+        raise RecipeError(str(path), [f"recipe file not found: {path}{hint or ' (check the path)'}"])
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
