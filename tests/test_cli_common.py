@@ -207,3 +207,31 @@ def test_a_closed_stdout_exits_141_in_silence(args):
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == ""
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--max_steps", "10"], "--max_steps is not an option: recipe keys are overrides after the recipe, KEY=VALUE: train.max_steps=10"),
+    (["--max-steps=7"], "--max-steps is not an option: recipe keys are overrides after the recipe, KEY=VALUE: train.max_steps=7"),
+    (["--seed", "3", "train.max_steps=2"], "KEY=VALUE: train.seed=3"),
+])
+def test_a_run_glue_flag_says_overrides_are_key_value(args, said, tmp_path):
+    """Issue 53: run_glue's `--max_steps 10` got click's bare "No such option"; a flag that names a recipe
+    key gets the override to write instead (one line, exit 2, nothing written)."""
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    result = CliRunner().invoke(app, ["finetune", "recipes/quickstart.yaml", *args, f"output_dir={tmp_path / 'run'}"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {said}" if said.startswith("--") else said in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_an_unknown_flag_that_names_no_recipe_key_keeps_clicks_words():
+    from typer.testing import CliRunner
+
+    from recall_cli.cli import app
+
+    result = CliRunner().invoke(app, ["finetune", "recipes/quickstart.yaml", "--frobnicate", "3"])
+    assert result.exit_code == 2 and "No such option: --frobnicate" in result.output
+    assert "recipe keys are overrides" not in result.output

@@ -80,9 +80,59 @@ class _TidyHelp:
         return option
 
 
+def override_hint(option: str, args: list[str]) -> str | None:
+    """For run_glue's habit (``--max_steps 10``) on a command that takes overrides: the line saying that
+    a recipe key is set as ``train.max_steps=10``; None when the option names no recipe key."""
+    import difflib
+
+    from ..recipe.schema import all_keys
+
+    name, _, inline = option.lstrip("-").partition("=")
+    name = name.replace("-", "_")
+    keys = all_keys()
+    leaves: dict[str, str] = {}
+    for key in keys:
+        leaves.setdefault(key.rsplit(".", 1)[-1], key)
+    if name in keys:
+        key = name
+    elif name in leaves:
+        key = leaves[name]
+    else:
+        close = difflib.get_close_matches(name, list(leaves), n=1, cutoff=0.85)
+        if not close:
+            return None
+        key = leaves[close[0]]
+    value = inline
+    if not value:  # the value that followed the flag, when one did
+        at = next((i for i, arg in enumerate(args) if arg.split("=", 1)[0] == option.split("=", 1)[0]), None)
+        if at is not None and "=" in args[at]:  # --max_steps=10
+            value = args[at].split("=", 1)[1]
+        else:
+            following = args[at + 1] if at is not None and at + 1 < len(args) else ""
+            value = following if following and not following.startswith("-") else "VALUE"
+    return (f"{option.split('=', 1)[0]} is not an option: recipe keys are overrides after the recipe, "
+            f"KEY=VALUE: {key}={value}")
+
+
 class RecallCommand(_TidyHelp, TyperCommand):
     """A recall command's --help: paragraphs unbroken, flags without a value, arguments in capitals,
     a usage line in click's style (``recall forgetting [OPTIONS] [RUN_DIR]...``)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        given = list(args)  # click consumes the list it parses
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            # Only a command that takes overrides, and only a flag that names a recipe key: click's
+            # own "No such option" (with its did-you-mean among the options) for the rest. By name:
+            # typer vendors its own click (typer._click) in newer releases, plain click in older.
+            if type(exc).__name__ != "NoSuchOption" or not any(p.name == "overrides" for p in self.params):
+                raise
+            hint = override_hint(exc.option_name, given)
+            if hint is None:
+                raise
+            typer.echo(f"error: {hint}", err=True)
+            ctx.exit(ExitCode.USAGE)
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
