@@ -230,7 +230,7 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     if probe is not None and probe.get("step") != step:
         lines += [f"Probed at step {probe.get('step')} (these weights are step {step}); the distance is at step {step}.", ""]
     if kept:
-        lines += [(f"Measured against θ* = `{m.name_or_path}`, the pretrained weights ({_probe_inputs(recipe)}); "
+        lines += [(f"Measured against θ* = `{m.name_or_path}`, the pretrained weights ({_probe_inputs(recipe, probe)}); "
                    "a ratio of 1 is θ*'s own skill."), "",
                   "| measure | value | what it says |", "|---|---|---|", *kept, ""]
     if probe is None:
@@ -243,10 +243,18 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
     return lines
 
 
-def _probe_inputs(recipe: Any) -> str:
+_LM_FIELDS = ("lm_kept", "kl", "choice_kept")
+
+
+def _probe_inputs(recipe: Any, probe: dict[str, Any] | None = None) -> str:
     p = getattr(recipe, "probe", None)
-    if p is None:
-        return "recall's probe sentences"
+    if any(_finite((probe or {}).get(k)) for k in _LM_FIELDS):  # a causal LM's probes read no STS pairs
+        if p is None:
+            return "recall's general prose and multiple-choice items"
+        prose = "all" if p.num_texts is None else f"the first {p.num_texts}"
+        items = (f", the items of {p.choices_file or 'data/probe/lm_choice.jsonl'}"
+                 if _finite((probe or {}).get("choice_kept")) else "")
+        return f"{prose} passages of {p.texts_file or 'data/probe/lm_text.txt'}{items}, {p.max_length} tokens"
     texts = "all probe sentences" if p.num_texts is None else f"{p.num_texts} probe sentences"
     pairs = "all STS pairs" if p.num_pairs is None else f"{p.num_pairs} STS pairs"
     return f"{texts}, {pairs}, {p.max_length} tokens"
@@ -262,6 +270,18 @@ def _kept(probe: dict[str, Any] | None, distance: float | None) -> list[str]:
         rows.append(f"| CKA | {p['cka']:.3f} | linear CKA of last-layer sentence representations with θ*'s |")
     if _finite(p.get("cka_debiased")):
         rows.append(f"| CKA (debiased) | {p['cka_debiased']:.3f} | the same, the less optimistic estimator |")
+    # A causal LM's probes (probes/lm.py, probes/choice.py), as its records name them.
+    if _finite(p.get("lm_kept")):
+        rows.append(f"| `lm_kept` | {p['lm_kept']:.3f} | LM loss on general prose kept, L(θ*)/L(θ) "
+                    f"({_num(p.get('lm_loss_ref'))} / {_num(p.get('lm_loss'))}; 1: all of it) |")
+    if _finite(p.get("kl")):
+        kept = f", exp(−KL) {p['kl_kept']:.3f}" if _finite(p.get("kl_kept")) else ""
+        rows.append(f"| `kl` | {p['kl']:.4f} | KL(θ* ‖ θ) of the next token halfway through each text (0: θ predicts "
+                    f"as θ* did{kept}) |")
+    if _finite(p.get("choice_kept")):
+        rows.append(f"| `choice_kept` | {p['choice_kept']:.3f} | multiple-choice skill above chance kept, "
+                    f"(acc(θ) − chance) / (acc(θ*) − chance) ({_num(p.get('choice_acc'))} vs "
+                    f"{_num(p.get('choice_acc_ref'))}, chance {_num(p.get('choice_chance'))}) |")
     if _finite(p.get("drift")):
         rows.append(f"| drift | {p['drift']:.4f} | mean 1 − cos between θ's and θ*'s sentence embeddings (0: none) |")
     if _finite(p.get("mlm_ratio")):

