@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError, ExitCode, RunDirError, exit_codes_help
+from ..recipe.file import recipes_folder  # the recipe layer's: read_yaml's did-you-mean reads it too
 from .common import check_device_name, dumps_json, fail, run_guarded
 
 PREDICT_EXIT_CODES = exit_codes_help({
@@ -79,11 +80,8 @@ def predict(
 
 # ---- recipes --------------------------------------------------------------------------------------
 
-
 def shipped_recipes() -> dict[str, Path]:
     """Name (quickstart.yaml, study/sst2.yaml) -> file, sorted by name."""
-    from ..recipe.file import recipes_folder
-
     folder = recipes_folder()
     found = sorted(p for p in folder.rglob("*.yaml") if p.is_file()) if folder.is_dir() else []
     return {p.relative_to(folder).as_posix(): p for p in found}
