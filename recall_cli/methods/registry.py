@@ -121,6 +121,13 @@ class Method:
         """Folders the run saves for it besides best/ and last/ (LP-FT: lp/)."""
         return ()
 
+    def extra_bytes(self, run: Any) -> int:
+        """What it adds to one process's peak memory, listed under its name in preflight's estimate: a
+        cache of theta*'s outputs, a frozen teacher (methods/teacher.copy_bytes). ``run`` is preflight's
+        view (training/preflight.py's MemoryView: recipe, the model's config and parameter count, the
+        training rows, the run's steps and processes)."""
+        return 0
+
     # ---- the run (its room imports torch lazily) ------------------------------------------------
 
     def start(self, run: Any) -> MethodRun | None:

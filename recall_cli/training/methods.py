@@ -20,7 +20,10 @@ class RunView:
 
     recipe: Recipe
     model: torch.nn.Module  # holds theta* on a new run (before step 1)
-    theta_star: dict[str, torch.Tensor]  # by the model's own parameter names (an adapter's, under one)
+    # Every parameter as the run began, by the model's own names (an adapter's, under one): theta*, and the
+    # new head's start (start.safetensors on --resume). methods/teacher.frozen_copy(model, theta_star) is the
+    # teacher, the same before and after a resume.
+    theta_star: dict[str, torch.Tensor]
     train: Features
     total_steps: int
     device: torch.device

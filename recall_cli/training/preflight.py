@@ -11,7 +11,8 @@ Decisions (docs/commands/finetune.md, "Preflight"):
   the recipe saved with the run must say what the run did.
 - The memory estimate is the peak of one process: fp32 master weights, gradients, Adam's two moments,
   theta* (fp32 or bf16 per model.anchor_dtype), activations of the longest training batch, the tokenized
-  data, and the framework's own footprint; compared with MemAvailable on CPU (all processes of --nproc
+  data, the framework's own footprint, and each method's own (its ``extra_bytes``: the embedding anchor's
+  cache, a frozen teacher); compared with MemAvailable on CPU (all processes of --nproc
   share it) or with the GPU's free memory on CUDA (one GPU per process). Above it is a warning with
   settings that would fit, not a refusal: the estimate is an estimate.
 """
@@ -233,11 +234,34 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
     return layers * per_layer + 3 * elt * bs * h
 
 
+@dataclass(frozen=True)
+class MemoryView:
+    """What a method's ``extra_bytes`` may read: the recipe, the model's config and parameter count, the
+    training rows, the run's optimizer steps (None: not known yet, count every row) and processes."""
+
+    recipe: Recipe
+    config: Any
+    parameters: int
+    rows: int
+    total_steps: int | None
+    world_size: int
+
+
+def method_bytes(on: Any, view: MemoryView) -> dict[str, int]:
+    """Each method's own memory, by the part name preflight lists it under ("method keep"): none at 0."""
+    sizes = {f"method {m.name}": int(m.extra_bytes(view)) for m in on}
+    return {name: n for name, n in sizes.items() if n}
+
+
 def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                    world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> MemoryEstimate:
+                    world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE, on: Any = None,
+                    total_steps: int | None = None) -> MemoryEstimate:
+    """One process's peak. ``on``: the methods the run turns on (the plan's; None: the recipe's, from the
+    registry), each adding its ``extra_bytes``; ``total_steps`` the run's, for what they size by it."""
     tc = recipe.train
+    on = registry.active(recipe) if on is None else on
     if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe)
+        adapter = next((m for m in on if m.is_adapter), None)
     total, head, trained = parameter_counts(config, task, recipe, adapter)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     lora = adapter is not None
@@ -257,6 +281,7 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
     if precision != "fp32":
         # autocast's 16-bit cache of the weights that train (it keeps no cast of a frozen one)
         parts["autocast_copies"] = 2 * trained
+    parts.update(method_bytes(on, MemoryView(recipe, config, total, len(lengths or ()), total_steps, world_size)))
     if device.type == "cpu":
         # Every process tokenizes and keeps all training rows (ranks slice batches, not the data).
         parts["data"] = BYTES_PER_TOKEN * (sum(lengths) if lengths else 0)
@@ -292,7 +317,8 @@ def available_cuda(device: torch.device) -> int | None:
 
 
 def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                     world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE) -> list[str]:
+                     world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE,
+                     on: Any = None, total_steps: int | None = None) -> list[str]:
     """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
     accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
     import dataclasses
@@ -301,7 +327,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
         r = recipe
         for section, values in changes.items():
             r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
-        est = estimate_memory(r, config, task, device, precision, world_size, lengths, adapter)
+        est = estimate_memory(r, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
         return est.total_bytes * est.processes_sharing <= budget
 
     tc, found = recipe.train, []
@@ -313,7 +339,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
             break
         factor *= 2
     if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe)
+        adapter = next((m for m in (registry.active(recipe) if on is None else on) if m.is_adapter), None)
     if (recipe.model.anchor_dtype == "float32" and adapter is None
             and fits(model={"anchor_dtype": "bfloat16"})):
         found.append("model.anchor_dtype=bfloat16")
@@ -327,19 +353,21 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
 
 
 def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, device: torch.device,
-                 precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> None:
-    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, adapter)
+                 precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE,
+                 on: Any = None, total_steps: int | None = None) -> None:
+    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
     report.memory = est
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
-    at = f"batch {est.batch_size} x length {est.sequence_length}, {precision}"
+    own = [f"{name} {gib(n)}" for name, n in est.parts.items() if name.startswith("method ")]
+    at = f"batch {est.batch_size} x length {est.sequence_length}, {precision}" + (f"; {', '.join(own)}" if own else "")
     if est.available_bytes is None:
         report.add("memory", "ok", f"peak ~{share} ({at}); the device's free memory is unknown")
     elif est.fits:
         report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
     else:
         fixes = fitting_settings(recipe, config, task, device, precision, world_size, lengths, est.available_bytes,
-                                 adapter)
+                                 adapter, on, total_steps)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
 
@@ -356,7 +384,7 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
 
 def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: TaskType, device: torch.device,
                precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False,
-               adapter: Any = FROM_RECIPE) -> Preflight:
+               adapter: Any = FROM_RECIPE, on: Any = None, total_steps: int | None = None) -> Preflight:
     """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
     (the recipe's model, or the run's last/ on resume); ``task`` the task's type (the head's labels and
     model class); ``lengths`` the tokenized training rows."""
@@ -365,5 +393,5 @@ def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: Ta
     check_head(report, recipe, config, task, resume)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
-        check_memory(report, recipe, config, task, device, precision, world_size, lengths, adapter)
+        check_memory(report, recipe, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
     return report

@@ -284,7 +284,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
-                         adapter=adapter)
+                         adapter=adapter, on=on, total_steps=total_steps)
     if not dry_run:
         report.raise_on_failure()
     report.checks += tail
@@ -378,12 +378,13 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         reporter.warn(note)
     # The methods' terms and hooks, before the run directory is written (the anchor's pre-pass is the
     # slow part: a stop during it leaves nothing behind).
-    runs = start_methods(RunView(recipe, model, functional, p.task.train, p.total_steps, device,
+    start = _start_of_run(p, model, functional, reporter)
+    runs = start_methods(RunView(recipe, model, {**functional, **start}, p.task.train, p.total_steps, device,
                                  autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
                                  p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size), p.plan.methods)
     params = [q for q in model.parameters() if q.requires_grad]
 
-    state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)
+    state = _restore_or_start(p, optimizer, scaler, theta_star, start, new_dir)
     del theta_star  # RecAdam (or `pairs`) holds the copy it needs
     for run in runs:  # LP-FT freezes the encoder here, before DDP and torch.compile see the model
         run.before_wrap(model, state.step)
@@ -411,7 +412,22 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     )
 
 
-def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundir.NewRunDir) -> TrainerState:
+def _start_of_run(p: Prepared, model: torch.nn.Module, functional: dict[str, torch.Tensor],
+                  reporter: Reporter) -> dict[str, torch.Tensor]:
+    """The parameters theta* leaves out (a new head; an adapter's own start), as the run began: with
+    theta*, what a method's teacher is made of (methods/teacher.py). A new run takes them from the model
+    before step 1 and saves them; a resumed one, whose model holds last/'s, reads them back, so the
+    teacher is the same bit for bit."""
+    if p.saved is None:
+        return {name: q.detach().clone() for name, q in model.named_parameters() if name not in functional}
+    kept = checkpoint.load_start(Path(p.recipe.output_dir))
+    if kept is None and p.plan.methods and any(name not in functional for name, _ in model.named_parameters()):
+        reporter.warn(f"{p.recipe.output_dir} was started before recall kept the new head's start "
+                      f"({rundir.START_FILE}): a teacher made from theta* takes last/'s head")
+    return kept or {}
+
+
+def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, start, new_dir: rundir.NewRunDir) -> TrainerState:
     """The trainer state of last/ with the optimizer, scaler and RNG streams it saved; or a fresh state
     and a new run directory holding config.yaml, metrics.jsonl and theta*."""
     ctx, run_dir = p.ctx, Path(p.recipe.output_dir)
@@ -427,6 +443,7 @@ def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundi
             dump_recipe(p.recipe, run_dir / rundir.CONFIG_FILE)
             (run_dir / rundir.METRICS_FILE).touch()
             checkpoint.save_theta_star(run_dir, theta_star)
+            checkpoint.save_start(run_dir, start)
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
     state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on

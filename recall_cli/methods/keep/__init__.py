@@ -96,6 +96,21 @@ class EmbeddingAnchorMethod(Method):
                 problems.append(str(exc))
         return problems
 
+    def extra_bytes(self, run: Any) -> int:
+        """theta*'s cached features of what the run draws, or past the cache's limit a frozen theta*."""
+        from ...errors import RecallError
+        from .build import anchor_bytes
+        from .texts import read_texts
+
+        k = run.recipe.keep
+        try:
+            total = run.rows if k.texts == TASK else len(read_texts(k))
+        except RecallError:
+            return 0  # check_inputs names the file's problem
+        hidden = getattr(run.config, "hidden_size", None) or getattr(run.config, "d_model", 0)
+        return anchor_bytes(run.recipe, total, hidden, run.parameters, total_steps=run.total_steps,
+                            world_size=run.world_size)
+
     def reads_recall_schedule(self, recipe: Any) -> bool:
         return recipe.keep.schedule == "recall"
 

@@ -23,8 +23,9 @@ from ...tasks import Examples, Features
 from ...tasks.batches import BatchOrder, pad_inputs, padded_length, tokenize
 from ...training.plan import recall_terms
 from ..registry import MethodRun
+from ..teacher import copy_bytes, frozen_copy
 from . import texts as anchor_texts
-from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples, theta_star_copy
+from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples
 
 
 class AnchorRun(MethodRun):
@@ -90,6 +91,19 @@ def plan_anchor(recipe: Recipe, total: int, hidden_size: int, *, total_steps: in
                                                 f"{CACHE_LIMIT_BYTES / 2**30:g} GiB limit", second)
 
 
+def anchor_bytes(recipe: Recipe, total: int, hidden_size: int, parameters: int, *, total_steps: int | None,
+                 world_size: int = 1) -> int:
+    """What the anchor adds to a process's memory: its cache of theta*'s features of what the run draws
+    (``total_steps`` None: every one of the ``total`` rows or texts), or, past the cache's limit, a frozen
+    theta* of ``parameters`` weights."""
+    if total_steps is None:
+        layers = layers_of(recipe)
+        size = cache_bytes(total, hidden_size, len(layers) if layers else 1)
+        return size if size <= CACHE_LIMIT_BYTES else copy_bytes(parameters)
+    plan = plan_anchor(recipe, total, hidden_size, total_steps=total_steps, world_size=world_size)
+    return plan.bytes if plan.cached else copy_bytes(parameters)
+
+
 def tokenize_texts(texts: list[str], tokenizer: Any, max_seq_length: int) -> Features:
     """Anchor texts tokenized as the task's single sentences are (no labels to learn)."""
     return tokenize(Examples([(t,) for t in texts], [0] * len(texts), "keep.texts"), tokenizer, max_seq_length)
@@ -139,7 +153,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
                               "schedule": recall_schedule(recipe, total_steps) if k.schedule == "recall" else None}
     seconds = 0.0
     if plan.cached:
-        source = model if fresh else theta_star_copy(model, theta_star)
+        source = model if fresh else frozen_copy(model, theta_star)
         rows = plan.rows if on_task else list(range(len(features)))
         started = time.perf_counter()
         common["cache"] = embed_examples(source, prepass_batches(features, rows, batch_size, pad_id, recipe, device),
@@ -147,7 +161,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
         seconds = time.perf_counter() - started
         del source
     else:
-        common["theta_star"] = theta_star_copy(model, theta_star)
+        common["theta_star"] = frozen_copy(model, theta_star)
     if on_task:
         if plan.cached and len(plan.rows) < plan.total:  # example i's row in the cache
             common["slot"] = _slots(plan.rows, plan.total, device)

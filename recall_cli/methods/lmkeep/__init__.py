@@ -49,6 +49,12 @@ class NextTokenAnchorMethod(Method):
                     f"(task.name sst2_lm or custom_lm), not {recipe.task.name}"]
         return _probe_overlap(recipe)
 
+    def extra_bytes(self, run: Any) -> int:
+        """The frozen theta* beside the student."""
+        from ..teacher import copy_bytes
+
+        return copy_bytes(run.parameters)
+
     def start(self, run: Any) -> MethodRun:
         from .term import build_term
 

@@ -131,7 +131,7 @@ def initial_adapters(model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, to
 
 def theta_star_names(model: torch.nn.Module, theta_star: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """theta* by the adapted model's parameter names, with every adapter at a zero update: loaded into the
-    model (probes/runner.weights_loaded, methods/keep.theta_star_copy), it computes theta*'s function.
+    model (probes/runner.weights_loaded, methods/teacher.frozen_copy), it computes theta*'s function.
     An adapted layer's weight is ``...query.base_layer.weight`` where theta* names ``...query.weight``
     (under PiSSA and CorDA it holds the residual; theta* goes there), every B is zero, and DoRA's magnitude
     is the norm of theta*'s rows, as DoRA starts it on a zero update."""
