@@ -259,7 +259,7 @@ def test_preflights_memory_lists_the_anchors_bytes_at_their_measured_size(tiny_m
     config, lengths = load_config(recipe.model.name_or_path), [len(ids) for ids in task.train.input_ids]
 
     def estimate(r=recipe):
-        return preflight.estimate_memory(r, config, task.kind, CPU, "fp32", 1, lengths, total_steps=steps)
+        return preflight.estimate_memory(r, config, task.kind, CPU, "fp32", 1, lengths, active_methods(r), total_steps=steps)
 
     def anchor():
         return build_anchor(recipe, built.model, built.theta_star, task.train, total_steps=steps, device=CPU,
@@ -269,7 +269,8 @@ def test_preflights_memory_lists_the_anchors_bytes_at_their_measured_size(tiny_m
     assert cache.shape[0] == min(96, 8 * steps)
     assert estimate().parts["method keep"] == cache.numel() * cache.element_size()
     report = preflight.run_checks(recipe, load_tokenizer(recipe.model.name_or_path), config, preflight.Preflight(),
-                                  task=task.kind, device=CPU, precision="fp32", lengths=lengths, total_steps=steps)
+                                  task=task.kind, device=CPU, precision="fp32", lengths=lengths, total_steps=steps,
+                                  on=active_methods(recipe))
     memory = next(c for c in report.checks if c.name == "memory")
     assert f"; method keep {cache.numel() * cache.element_size() / 2**30:.2f} GiB" in memory.message
     monkeypatch.setattr(build, "CACHE_LIMIT_BYTES", 0)
@@ -589,7 +590,7 @@ def test_linear_probe_steps_past_an_epochs_run_is_refused(tiny_model_dir, tmp_pa
 def test_under_lp_ft_the_anchor_follows_recadams_pull_as_recadam_applies_it(tiny_model_dir, tmp_path):
     """keep.schedule=recall: "the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)".
     RecAdam anneals on each parameter's own step count, which for the encoder starts only after the head
-    phase; the anchor's schedule (methods/keep/build.recall_schedule) reads the run's step. Under LP-FT the
+    phase; the anchor's schedule (the run's plan: RunPlan.pull_at) reads the run's step. Under LP-FT the
     two weights then differ at every step after the phase."""
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", probe=NO_PROBE,
                          keep={"embeddings": 2.0, "schedule": "recall"},

@@ -205,6 +205,7 @@ def test_frozen_copy_holds_the_state_given_frozen_and_in_eval_mode(tiny_model_di
 def test_a_plugins_teacher_is_in_preflights_memory_at_its_measured_size(tmp_path, tiny_model_dir, monkeypatch):
     """The docs' logit distillation declares its frozen teacher (extra_bytes): preflight's estimate lists it under
     its name, the size of the copy frozen_copy makes of the run's model."""
+    from recall_cli.methods import active
     from recall_cli.methods.teacher import frozen_copy
     from recall_cli.model import build_model, load_config
     from recall_cli.recipe import recipe_from_dict
@@ -215,7 +216,7 @@ def test_a_plugins_teacher_is_in_preflights_memory_at_its_measured_size(tmp_path
     load_teacher_plugin(monkeypatch)
     recipe = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "run", logit_kd={"weight": 0.5}), "r.yaml")
     est = preflight.estimate_memory(recipe, load_config(str(tiny_model_dir)), binary_task(), torch.device("cpu"), "fp32",
-                                    1, [48] * 96, total_steps=12)
+                                    1, [48] * 96, active(recipe), total_steps=12)
     built = build_model(recipe.model, binary_task(), seed=7)
     teacher = frozen_copy(built.model, built.theta_star)
     assert est.parts["method logit_kd"] == sum(p.numel() * p.element_size() for p in teacher.parameters())

@@ -56,14 +56,11 @@ class Method:
     name: ClassVar[str]  # registry key; summary.json's method.names
     label: ClassVar[str]  # how tables and cards name it: "embedding anchor", "LoRA"
     paper: ClassVar[str] = ""  # "Kumar et al. 2022, arXiv 2202.10054"
-    url: ClassVar[str] = ""
     switch: ClassVar[str]  # the dotted key whose value turns it on (0 / null / false = off) and is its strength
     keys: ClassVar[tuple[str, ...]] = ()  # every dotted key it reads (docs, sweeps)
     reads: ClassVar[tuple[str, ...]] = ()  # keys it also reads that another method owns (and documents)
     cell: ClassVar[str] = ""  # a sweep cell's prefix for the switch: keep1.0, lp100, r8
     short: ClassVar[str | None] = None  # the switch's short name in compare --by / --where and labels: lora_r
-    needs: ClassVar[str | None] = None  # what of theta* it keeps during training ("features"), or None
-    record_fields: ClassVar[tuple[str, ...]] = ()  # what it adds to metrics.jsonl's train records
     family: ClassVar[Family | None] = None
     section: ClassVar[str | None] = None  # a plugin's own top-level recipe section
     config: ClassVar[type | None] = None  # that section's frozen dataclass (defaults = off)

@@ -12,6 +12,7 @@ from ..methods import registry
 from ..methods.registry import MethodRun
 from ..recipe import Recipe
 from ..tasks import Features
+from .plan import RunPlan
 
 
 @dataclass
@@ -25,7 +26,7 @@ class RunView:
     # teacher, the same before and after a resume.
     theta_star: dict[str, torch.Tensor]
     train: Features
-    total_steps: int
+    plan: RunPlan  # what set-up decided: the steps, RecAdam's schedule (plan.pull_at), the methods on
     device: torch.device
     autocast: Any
     pad_id: int
@@ -36,10 +37,14 @@ class RunView:
     rank: int = 0  # this process among world_size (torchrun); the training order's batches are global
     world_size: int = 1
 
+    @property
+    def total_steps(self) -> int:
+        return self.plan.total_steps
 
-def start_methods(view: RunView, on: tuple[registry.Method, ...]) -> list[MethodRun]:
+
+def start_methods(view: RunView) -> list[MethodRun]:
     """Each method the recipe turns on (the plan's), started for this run, in registry order."""
-    return [run for run in (m.start(view) for m in on) if run is not None]
+    return [run for run in (m.start(view) for m in view.plan.methods) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:

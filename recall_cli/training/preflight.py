@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -29,7 +30,7 @@ from ..errors import PreflightError
 
 from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
-from ..methods import registry
+from ..methods.registry import Method
 from ..recipe import Recipe
 from ..tasks import TaskType
 
@@ -91,20 +92,29 @@ class MemoryEstimate:
 class Preflight:
     checks: list[Check] = field(default_factory=list)
     memory: MemoryEstimate | None = None
+    # Checks made early but listed after the model's (the output folder: checked before anything loads, so
+    # that a run refused for it loads nothing); :meth:`list_later` puts them in place.
+    later: list[Check] = field(default_factory=list)
 
-    def add(self, name: str, status: Status, message: str, error: Exception | None = None) -> None:
-        self.checks.append(Check(name, status, message, error))
+    def add(self, name: str, status: Status, message: str, error: Exception | None = None, *,
+            later: bool = False) -> None:
+        (self.later if later else self.checks).append(Check(name, status, message, error))
 
-    def as_the_run(self, name: str, check, ok: str) -> None:
+    def as_the_run(self, name: str, check, ok: str, *, later: bool = False) -> None:
         """Run ``check()``, the code the run itself calls: its RecallError is this check's failure."""
         from ..errors import RecallError
 
         try:
             check()
         except RecallError as exc:
-            self.add(name, "fail", str(exc), exc)
+            self.add(name, "fail", str(exc), exc, later=later)
         else:
-            self.add(name, "ok", ok)
+            self.add(name, "ok", ok, later=later)
+
+    def list_later(self) -> None:
+        """The checks made early, listed from here on (after the model's)."""
+        self.checks += self.later
+        self.later = []
 
     @property
     def failures(self) -> list[Check]:
@@ -195,11 +205,7 @@ def check_head(report: Preflight, recipe: Recipe, config, task: TaskType, resume
 # ---- memory --------------------------------------------------------------------------------------
 
 
-# An adapter argument left out: the recipe's, from the registry (a run passes its plan's instead).
-FROM_RECIPE: Any = object()
-
-
-def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
+def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = None) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of ``task``'s model, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
     (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
@@ -213,8 +219,6 @@ def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapt
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
     head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
-    if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe) if recipe is not None else None
     if adapter is None:
         return total, head_count, total
     return total, head_count, adapter.trained_parameters(model, head, recipe)
@@ -247,21 +251,19 @@ class MemoryView:
     world_size: int
 
 
-def method_bytes(on: Any, view: MemoryView) -> dict[str, int]:
+def method_bytes(on: Sequence[Method], view: MemoryView) -> dict[str, int]:
     """Each method's own memory, by the part name preflight lists it under ("method keep"): none at 0."""
     sizes = {f"method {m.name}": int(m.extra_bytes(view)) for m in on}
     return {name: n for name, n in sizes.items() if n}
 
 
 def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                    world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE, on: Any = None,
+                    world_size: int, lengths: list[int] | None, on: Sequence[Method],
                     total_steps: int | None = None) -> MemoryEstimate:
-    """One process's peak. ``on``: the methods the run turns on (the plan's; None: the recipe's, from the
-    registry), each adding its ``extra_bytes``; ``total_steps`` the run's, for what they size by it."""
+    """One process's peak. ``on``: the methods the run turns on (the plan's), its adapter's counts and each
+    one's ``extra_bytes``; ``total_steps`` the run's, for what they size by it."""
     tc = recipe.train
-    on = registry.active(recipe) if on is None else on
-    if adapter is FROM_RECIPE:
-        adapter = next((m for m in on if m.is_adapter), None)
+    adapter = next((m for m in on if m.is_adapter), None)
     total, head, trained = parameter_counts(config, task, recipe, adapter)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     lora = adapter is not None
@@ -317,8 +319,8 @@ def available_cuda(device: torch.device) -> int | None:
 
 
 def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                     world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE,
-                     on: Any = None, total_steps: int | None = None) -> list[str]:
+                     world_size: int, lengths: list[int] | None, budget: int, on: Sequence[Method],
+                     total_steps: int | None = None) -> list[str]:
     """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
     accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
     import dataclasses
@@ -327,7 +329,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
         r = recipe
         for section, values in changes.items():
             r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
-        est = estimate_memory(r, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
+        est = estimate_memory(r, config, task, device, precision, world_size, lengths, on, total_steps)
         return est.total_bytes * est.processes_sharing <= budget
 
     tc, found = recipe.train, []
@@ -338,9 +340,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
             found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
             break
         factor *= 2
-    if adapter is FROM_RECIPE:
-        adapter = next((m for m in (registry.active(recipe) if on is None else on) if m.is_adapter), None)
-    if (recipe.model.anchor_dtype == "float32" and adapter is None
+    if (recipe.model.anchor_dtype == "float32" and not any(m.is_adapter for m in on)
             and fits(model={"anchor_dtype": "bfloat16"})):
         found.append("model.anchor_dtype=bfloat16")
     length = recipe.task.max_seq_length // 2
@@ -353,9 +353,9 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
 
 
 def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, device: torch.device,
-                 precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE,
-                 on: Any = None, total_steps: int | None = None) -> None:
-    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
+                 precision: str, world_size: int, lengths: list[int] | None, on: Sequence[Method],
+                 total_steps: int | None = None) -> None:
+    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, on, total_steps)
     report.memory = est
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
@@ -367,7 +367,7 @@ def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, devi
         report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
     else:
         fixes = fitting_settings(recipe, config, task, device, precision, world_size, lengths, est.available_bytes,
-                                 adapter, on, total_steps)
+                                 on, total_steps)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
 
@@ -384,14 +384,14 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
 
 def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: TaskType, device: torch.device,
                precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False,
-               adapter: Any = FROM_RECIPE, on: Any = None, total_steps: int | None = None) -> Preflight:
+               on: Sequence[Method] = (), total_steps: int | None = None) -> Preflight:
     """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
     (the recipe's model, or the run's last/ on resume); ``task`` the task's type (the head's labels and
-    model class); ``lengths`` the tokenized training rows."""
+    model class); ``lengths`` the tokenized training rows; ``on`` the methods the run turns on (the plan's)."""
     check_positions(report, recipe, config)
     check_tokenizer(report, recipe, tokenizer, config)
     check_head(report, recipe, config, task, resume)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
-        check_memory(report, recipe, config, task, device, precision, world_size, lengths, adapter, on, total_steps)
+        check_memory(report, recipe, config, task, device, precision, world_size, lengths, on, total_steps)
     return report

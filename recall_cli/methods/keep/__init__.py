@@ -24,14 +24,11 @@ class EmbeddingAnchorMethod(Method):
     name = "keep"
     label = "embedding anchor"
     paper = "LwF (Li & Hoiem 2016); LDIFS (Mukhoti et al. 2023, arXiv 2308.13320)"
-    url = "https://arxiv.org/abs/2308.13320"
     switch = "keep.embeddings"
     keys = ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule", "keep.texts", "keep.text_column",
             "keep.batch_size", "keep.layers")
     cell = "keep"
     short = "keep"
-    needs = "features"
-    record_fields = ("loss_task", "loss_keep", "keep_weight")
     family = Family("keep", "#E69F00", hue_rank=0, line_title="embedding anchor", line_style="--")
 
     def describe(self, recipe: Any) -> str:
@@ -124,7 +121,7 @@ class EmbeddingAnchorMethod(Method):
         anchor, plan, seconds = build_anchor(
             run.recipe, run.model, run.theta_star, run.train, total_steps=run.total_steps, device=run.device,
             autocast=run.autocast, pad_id=run.pad_id, batch_size=run.eval_batch, fresh=run.fresh,
-            tokenizer=run.tokenizer, rank=run.rank, world_size=run.world_size)
+            tokenizer=run.tokenizer, rank=run.rank, world_size=run.world_size, pull=run.plan.pull_at)
         return AnchorRun(anchor, {"anchor": plan.say(f", pre-pass {seconds:.1f} s" if plan.cached else "")})
 
     def dry_run_lines(self, prepared: Any) -> dict[str, str]:

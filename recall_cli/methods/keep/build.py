@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -21,7 +21,6 @@ from ...distributed import shard
 from ...recipe import Recipe
 from ...tasks import Examples, Features
 from ...tasks.batches import BatchOrder, pad_inputs, padded_length, tokenize
-from ...training.plan import recall_terms
 from ..registry import MethodRun
 from ..teacher import copy_bytes, frozen_copy
 from . import texts as anchor_texts
@@ -38,15 +37,6 @@ class AnchorRun(MethodRun):
     def before_micro_batch(self, position: int) -> None:
         if isinstance(self.anchor, TextAnchor):
             self.anchor.at(position)
-
-
-def recall_schedule(recipe: Recipe, total_steps: int):
-    """RecAdam's pull weight at a step, max(anneal_w - lambda(t), recall_floor), from the recipe's
-    anneal keys whatever the optimizer (keep.schedule=recall). Under LP-FT the schedule starts with the
-    fine-tuning phase, as RecAdam's does: it anneals on each weight's own step count, and the encoder's
-    first step is the run's step linear_probe_steps + 1."""
-    schedule, offset = recall_terms(recipe, total_steps)
-    return lambda step: schedule.pull(schedule.lam(max(0, step - offset)))
 
 
 def layers_of(recipe: Recipe) -> tuple[int, ...] | None:
@@ -138,11 +128,16 @@ def estimate_prepass(model: torch.nn.Module, features: Features, rows: list[int]
 
 def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, torch.Tensor], features: Features,
                  *, total_steps: int, device: torch.device, autocast, pad_id: int, batch_size: int, fresh: bool,
-                 tokenizer: Any = None, rank: int = 0, world_size: int = 1) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
+                 tokenizer: Any = None, rank: int = 0, world_size: int = 1,
+                 pull: Callable[[int], float] | None = None) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
     """(the anchor term, its plan, the pre-pass seconds). ``features``: the training rows (the anchor's
     inputs under keep.texts=task); ``tokenizer`` tokenizes a pool or file of texts. ``fresh``: ``model``
-    still holds theta* (a new run, before step 1); else a copy with theta* loaded back computes theta*'s features."""
+    still holds theta* (a new run, before step 1); else a copy with theta* loaded back computes theta*'s features.
+    ``pull``: RecAdam's pull weight at a run's step, as the run's plan has it (RunPlan.pull_at, LP-FT's head
+    phase included), which keep.schedule=recall follows."""
     k = recipe.keep
+    if k.schedule == "recall" and pull is None:
+        raise ValueError("keep.schedule=recall follows RecAdam's pull weight: give pull (the run's RunPlan.pull_at)")
     on_task = k.texts == anchor_texts.TASK
     texts = None if on_task else anchor_texts.read_texts(k)
     plan = plan_anchor(recipe, len(features) if on_task else len(texts), model.config.hidden_size,
@@ -150,7 +145,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
     if not on_task:  # only the texts the run draws are tokenized: row r of `features` is the r-th of plan.rows
         features = tokenize_texts([texts[i] for i in plan.rows], tokenizer, recipe.task.max_seq_length)
     common: dict[str, Any] = {"pooling": k.pooling, "distance": k.distance, "layers": layers_of(recipe),
-                              "schedule": recall_schedule(recipe, total_steps) if k.schedule == "recall" else None}
+                              "schedule": pull if k.schedule == "recall" else None}
     seconds = 0.0
     if plan.cached:
         source = model if fresh else frozen_copy(model, theta_star)
