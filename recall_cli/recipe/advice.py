@@ -4,9 +4,9 @@ the run will not read. Warnings, never errors (checks.check_recipe has those).""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
 
-from ..methods.registry import active
+from ..methods.registry import Method
 from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
 from .schema import OptimizerConfig, Recipe
 
@@ -14,7 +14,7 @@ from .schema import OptimizerConfig, Recipe
 # embedding anchor's weight follows the same schedule (keep.schedule=recall).
 
 
-def unused_keys(recipe: Recipe, on: Any = None) -> list[str]:
+def unused_keys(recipe: Recipe, on: Sequence[Method]) -> list[str]:
     """Keys the recipe sets (away from their defaults) that this run does not read: RecAdam's under
     adamw, model.init=random among them (vanilla fine-tuning starts from the pretrained weights; RI is
     RecAdam's setting). Said once on the start line and in --dry-run, the same for every such key, so
@@ -23,8 +23,8 @@ def unused_keys(recipe: Recipe, on: Any = None) -> list[str]:
     if OPTIMIZERS[o.name].anchored:
         return []
     init = ["model.init"] if recipe.model.init == "random" else []
-    # the anchor's keep.schedule=recall (``on``: the methods the run turns on, where the caller has them)
-    if any(m.reads_recall_schedule(recipe) for m in (active(recipe) if on is None else on)):
+    # the anchor's keep.schedule=recall (``on``: the methods the run turns on, the plan's)
+    if any(m.reads_recall_schedule(recipe) for m in on):
         return init
     default = OptimizerConfig()
     return init + [key for key in RECADAM_ONLY_KEYS if getattr(o, key.split(".")[1]) != getattr(default, key.split(".")[1])]

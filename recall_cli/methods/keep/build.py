@@ -19,8 +19,8 @@ import torch
 
 from ...distributed import shard
 from ...recipe import Recipe
-from ...tasks import Examples, Features
-from ...tasks.batches import BatchOrder, pad_inputs, padded_length, tokenize
+from ...tasks import Features
+from ...tasks.batches import BatchOrder, pad_inputs, padded_length
 from ..registry import MethodRun
 from ..teacher import copy_bytes, frozen_copy
 from . import texts as anchor_texts
@@ -94,11 +94,6 @@ def anchor_bytes(recipe: Recipe, total: int, hidden_size: int, parameters: int, 
     return plan.bytes if plan.cached else copy_bytes(parameters)
 
 
-def tokenize_texts(texts: list[str], tokenizer: Any, max_seq_length: int) -> Features:
-    """Anchor texts tokenized as the task's single sentences are (no labels to learn)."""
-    return tokenize(Examples([(t,) for t in texts], [0] * len(texts), "keep.texts"), tokenizer, max_seq_length)
-
-
 def prepass_batches(features: Features, rows: list[int], batch_size: int, pad_id: int, recipe: Recipe,
                     device: torch.device) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """The pre-pass: ``rows`` of ``features`` in order, ``batch_size`` at a time, as (cache rows, inputs)."""
@@ -143,7 +138,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
     plan = plan_anchor(recipe, len(features) if on_task else len(texts), model.config.hidden_size,
                        total_steps=total_steps, world_size=world_size)
     if not on_task:  # only the texts the run draws are tokenized: row r of `features` is the r-th of plan.rows
-        features = tokenize_texts([texts[i] for i in plan.rows], tokenizer, recipe.task.max_seq_length)
+        features = anchor_texts.tokenize_texts([texts[i] for i in plan.rows], tokenizer, recipe.task.max_seq_length)
     common: dict[str, Any] = {"pooling": k.pooling, "distance": k.distance, "layers": layers_of(recipe),
                               "schedule": pull if k.schedule == "recall" else None}
     seconds = 0.0
@@ -200,7 +195,7 @@ def dry_run_line(prepared: Any) -> str:
         return plan.say()
     rows = plan.rows
     if not on_task:
-        features = tokenize_texts([texts[i] for i in plan.rows], prepared.tokenizer, recipe.task.max_seq_length)
+        features = anchor_texts.tokenize_texts([texts[i] for i in plan.rows], prepared.tokenizer, recipe.task.max_seq_length)
         rows = list(range(len(features)))
     batch = tc.eval_batch_size or 2 * tc.batch_size
     pad_id = prepared.tokenizer.pad_token_id if prepared.tokenizer.pad_token_id is not None else 0

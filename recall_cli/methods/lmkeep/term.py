@@ -11,8 +11,7 @@ from torch import Tensor
 
 from ...distributed import shard
 from ...tasks.batches import pad_inputs
-from ..keep.build import tokenize_texts
-from ..keep.texts import read_texts, text_order
+from ..keep.texts import read_texts, text_order, tokenize_texts
 from ..teacher import frozen_copy
 
 
