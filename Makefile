@@ -1,7 +1,7 @@
 # Two commands from a fresh clone:
 #
 #   make quickstart    # create .venv if missing, install what it needs, run the offline quick start
-#   make test          # the same set-up, then the README's test command (python -m pytest -q)
+#   make test          # the same set-up, then the README's test command (python -m pytest -q), then the long tests (-m long)
 #
 # Also: make venv (set-up only), make bench (the CPU benchmarks), make gpu-check OUT=DIR (the one command to run on a GPU),
 # make gpu-kit (what a GPU machine without a registry needs, in .gpu_kit/).
@@ -52,6 +52,7 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(ACTIVATE) python -m pytest -q
+	$(ACTIVATE) python -m pytest -q -m long
 
 bench: $(BENCH_STAMP)
 	$(ACTIVATE) python benchmarks/optimizer_step.py

@@ -11,6 +11,7 @@ in units of one model's size on disk.
     python benchmarks/merge_memory.py                         # BERT-base shape, linear and recall
     python benchmarks/merge_memory.py --layers 4 --counts 2 4   # quicker
     python benchmarks/merge_memory.py --methods linear recall ties   # TIES too (theta* = one more model)
+    python benchmarks/merge_memory.py --shards 4     # inputs split in 4 model-0000i-of-00004.safetensors + index
 
 The fusion reads one tensor at a time: linear, recall and task arithmetic keep a running sum (one
 model's copy read at a time), TIES reads rows of all N copies in 64 MB chunks. Recall adds its
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -86,6 +88,38 @@ def build_models(root: Path, n: int, layers: int, hidden: int) -> list[str]:
     return paths
 
 
+def shard_folder(folder: Path, parts: int) -> None:
+    """Split ``folder``'s model.safetensors in ``parts`` files and an index, as save_pretrained does past its
+    max_shard_size (tensors in name order, about equal bytes a file)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    weight_map, chunk, size, index = {}, {}, 0, 1
+
+    def flush() -> None:
+        nonlocal chunk, size, index
+        file = f"model-{index:05d}-of-{parts:05d}.safetensors"
+        save_file(chunk, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in chunk})
+        chunk, size, index = {}, 0, index + 1
+
+    for name in sorted(tensors):
+        chunk[name] = tensors[name].contiguous()
+        size += tensors[name].numel() * tensors[name].element_size()
+        if size >= total / parts and index < parts:
+            flush()
+    if chunk:
+        flush()
+    files = sorted(set(weight_map.values()))  # fewer files than asked when one tensor fills several shares
+    renamed = {old: f"model-{i + 1:05d}-of-{len(files):05d}.safetensors" for i, old in enumerate(files)}
+    for old, new in renamed.items():
+        (folder / old).rename(folder / new)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": {n: renamed[f] for n, f in weight_map.items()}}))
+    (folder / "model.safetensors").unlink()
+
+
 def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path, base: str) -> tuple[float, float]:
     payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples), "base": base})
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
@@ -101,6 +135,7 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--methods", nargs="+", default=["linear", "recall"],
                         choices=["linear", "recall", "task_arithmetic", "ties"])
+    parser.add_argument("--shards", type=int, default=0, help="split each input's weights in this many files (0: one file)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
@@ -108,6 +143,16 @@ def main() -> None:
         models = build_models(root, max(args.counts) + 1, args.layers, args.hidden)
         theta_star = models.pop()  # for task arithmetic and TIES
         model_mb = (Path(models[0]) / "model.safetensors").stat().st_size / 2**20
+        from safetensors import safe_open
+
+        with safe_open(str(Path(models[0]) / "model.safetensors"), "pt") as f:
+            largest_mb = max(math.prod(f.get_slice(k).get_shape()) * 4 for k in f.keys()) / 2**20
+        print(f"its largest tensor: {largest_mb:.0f} MB in float32")
+        if args.shards > 1:
+            for folder in models + [theta_star]:
+                shard_folder(Path(folder), args.shards)
+            shards = len(list(Path(models[0]).glob("model-*.safetensors")))
+            print(f"each input's weights in {shards} safetensors files and model.safetensors.index.json")
         samples = root / "samples.txt"
         samples.write_text("\n".join(f"sample sentence number {i} for the typical set" for i in range(16)) + "\n")
         print(f"one model: {model_mb:.0f} MB on disk ({args.layers} layers, hidden {args.hidden})")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .names import VERSION as __version__
 
 __all__ = ["LinearProbeCallback", "RecAdam", "RecAdamCallback", "__version__", "add_loss_terms", "anchor_distance",
            "embedding_anchor", "freeze_encoder", "loss_step", "probe", "recadam_for", "unfreeze_encoder"]

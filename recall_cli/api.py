@@ -151,7 +151,7 @@ def probe(
     ``mlm_loss_ref``, ``mlm_ratio``, a causal LM's ``lm_*``, ``kl``, ``kl_kept`` and ``choice_*`` (``choices``: its
     items file) (each when its probe ran), ``probe_seconds`` and ``notes``. Runs on the
     model's device; leaves its mode (train/eval) as it was. ``progress``: a line on stderr before (what it
-    reads) and after (how long it took): a probe of every sentence at 128 tokens is minutes on a CPU.
+    reads) and after (how long it took): a probe of all 1,500 STS pairs is a minute or more on a CPU.
     """
     from .probes.runner import check_size, load_inputs
     from .probes.targets import theta_star_prober
@@ -177,10 +177,11 @@ def probe(
         print(f"probe: {name} against {theta_star}: {prober.n_texts} sentences, {prober.n_pairs} STS pairs, "
               f"{max_length} tokens ({', '.join(probes)})", file=sys.stderr, flush=True)
     record = prober.measure(model)
+    own = record.pop("notes", [])
     if progress:
         print(f"probe: done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return {"target": name, "theta": None, "reference": theta_star, "texts": prober.n_texts, "pairs": prober.n_pairs,
-            **record, "notes": list(prober.notes)}
+            **record, "notes": list(prober.notes) + own}
 
 
 # ---- methods beside RecAdam (README "Methods in your own training loop") -------------------------
@@ -221,7 +222,11 @@ def freeze_encoder(model: torch.nn.Module) -> None:
     """LP-FT's first phase: every parameter but the classification head stops training (no gradient,
     so optimizers skip it: no update, no weight decay). :func:`unfreeze_encoder` starts the second."""
     from .methods.lpft.freeze import encoder_parameters, freeze_encoder as freeze
+    from .probes.lm import has_lm_head
 
+    if has_lm_head(model):  # its head is the LM head over every token: "freezing the encoder" freezes the decoder
+        raise TypeError(f"freeze_encoder: model is a {type(model).__name__}, a causal LM: it has no task head to train "
+                        "alone (LP-FT's first phase is a classifier's); train it whole, or with LoRA")
     trainable = [p for p in model.parameters() if p.requires_grad]
     kept = [p for p in trainable if not any(p is q for q in encoder_parameters(model))]
     if _hidden_size(model) is None or not kept or len(kept) == len(trainable):

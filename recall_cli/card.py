@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .methods import registry
+from .plugins import methods as registry
 from .rundir.layout import BEST_DIR, LP_DIR
 from .names import LM_TASKS, MODEL_LICENSES, OPTIMIZERS, PACKAGED_MODELS, TASKS
 from .tasks import TASK_TYPES, TaskType, task_for
@@ -52,7 +52,7 @@ def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, eva
     recipe.Recipe), saved at ``step``: ``evaluation`` and ``probe`` are the latest eval and probe
     records of metrics.jsonl at or before that step (or None), ``distance`` ‖θ − θ*‖ at that step."""
     if version is None:
-        from . import __version__ as version
+        from .names import VERSION as version
     meta = _metadata(recipe, checkpoint, step, evaluation)
     front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     parts = [f"---\n{front}---\n", MARKER, "", *_body(recipe, checkpoint, step, total_steps, evaluation, probe,
@@ -298,7 +298,7 @@ def merge_card(*, out_name: str, output: str, method: str, settings: dict[str, A
     for its task and pretrained model; ``scores``: `--evaluate`'s rows (each input alone and merged),
     whose row for this output becomes the model-index."""
     if version is None:
-        from . import __version__ as version
+        from .names import VERSION as version
     model = (source.get("model") or {})
     task = (source.get("task") or {}).get("name")
     spec = TASKS.get(task) if task else None

@@ -50,6 +50,8 @@ class Distributed:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    # train.distributed=fsdp under torchrun: the model is sharded (training/fsdp.py) instead of replicated by DDP
+    shards: bool = False
 
     @classmethod
     def from_env(cls) -> "Distributed":
@@ -66,6 +68,18 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def saves(self) -> bool:
+        """Whether this rank calls the checkpoint writer: rank 0, and under FSDP every rank (the weights are
+        gathered to rank 0 first, a collective)."""
+        return self.is_main or self.shards
+
+    @property
+    def scoring(self) -> "Distributed | None":
+        """How evaluation splits its batches: a batch per rank in turn (DDP); None under FSDP, where every
+        forward is a collective that every rank takes part in, so each rank scores every batch."""
+        return None if self.shards else self
 
     # ---- process group ---------------------------------------------------------------------------
 
@@ -87,8 +101,9 @@ class Distributed:
             dist.destroy_process_group()
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-        """DistributedDataParallel around ``model`` (the model itself in a single process)."""
-        if not self.enabled:
+        """DistributedDataParallel around ``model`` (the model itself in a single process, and under FSDP, where
+        training/fsdp.py has sharded it in place before the optimizer was built)."""
+        if not self.enabled or self.shards:
             return model
         from torch.nn.parallel import DistributedDataParallel
 
@@ -96,6 +111,9 @@ class Distributed:
 
     def no_sync(self, ddp_model: torch.nn.Module, skip: bool):
         """Accumulate gradients locally on micro-steps that are not the last of an optimizer step."""
+        if self.shards:  # FSDP2: no reduce-scatter until the last micro-step (it keeps unsharded gradients)
+            ddp_model.set_requires_gradient_sync(not skip)
+            return nullcontext()
         return ddp_model.no_sync() if self.enabled and skip else nullcontext()
 
     # ---- collectives (no-ops in one process) -----------------------------------------------------

@@ -231,6 +231,13 @@ class NonFiniteWeights(RecallError, RuntimeError):
 
     exit_code = ExitCode.DIVERGED
 
+    @classmethod
+    def in_outputs(cls, bad: int, rows: int, first: int) -> "NonFiniteWeights":
+        """The one refusal of a model whose outputs (a classifier's logits, a causal LM's next-token logits
+        while scoring or generating) are NaN/inf: scoring.evaluate.predict and tasks.generation raise it."""
+        return cls(f"the model's outputs are NaN/inf on {bad} of {rows} rows (the first: row {first}): its weights "
+                   "diverged; nothing was written (score a checkpoint from before the divergence)")
+
 
 class Preempted(RecallError, RuntimeError):
     """SIGTERM arrived: the run saved a complete last/ at the end of an optimizer step and stopped."""

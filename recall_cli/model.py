@@ -17,15 +17,8 @@ from .errors import ModelLoadError
 from .names import GGUF_PACKAGES, OPTIMIZERS
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
+from .quiet import quiet_transformers  # noqa: F401  (its callers import it from here too)
 from .tasks import TaskType
-
-
-def quiet_transformers() -> None:
-    """transformers prints load reports and progress bars; the CLI reports what matters itself."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 PACKAGE_PREFIX = "pkg:"
@@ -33,8 +26,18 @@ GGUF_SUFFIX = ".gguf"
 
 
 def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (_load_gguf)."""
-    return str(Path(name_or_path).expanduser() / gguf_file) if gguf_file else name_or_path
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
+    The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
+    if not gguf_file:
+        return name_or_path
+    inside = Path(gguf_file)
+    if inside.is_absolute() or len(inside.parts) != 1 or inside.name in (".", ".."):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} leaves the model folder {name_or_path}: give the name of a "
+                             f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
+                             "at the folder that holds it")
+    if not inside.name.lower().endswith(GGUF_SUFFIX):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
+    return str(Path(name_or_path).expanduser() / gguf_file)
 
 
 def resolve_name_or_path(name: str) -> str:
@@ -178,30 +181,12 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
         raise ModelLoadError(f"{why}, and {what} needs it: " + "; ".join(missing))
 
 
-def _load_gguf(what: str, loader, name: str, **kwargs):
-    """A GGUF file (it holds the config, tokenizer and weights; no config.json) read by transformers. A model is
-    dequantized to fp32 and forgets it came from GGUF: it trains, and saves as a plain safetensors folder."""
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file not found: {name} (check model.name_or_path and model.gguf_file)")
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelLoadError(f"{name}: reading a GGUF file needs the gguf package: pip install gguf (or pip install 'recall-finetune[lm]')")
-    if what == "model":
-        from transformers import GgufConfig
-
-        kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    loaded = _call_loader(what, loader, str(path.parent), path.parent, gguf_file=path.name, **kwargs)
-    if what == "model":  # save_pretrained refuses a model it thinks is still quantized
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        model.hf_quantizer = None
-        model.config.__dict__.pop("quantization_config", None)
-    return loaded
-
-
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
     if name.endswith(GGUF_SUFFIX):
-        return _load_gguf(what, loader, name, **kwargs)
+        from .gguf import load_gguf
+
+        return load_gguf(what, loader, name, _call_loader, **kwargs)
     folder = Path(name).expanduser()
     if hub_id(name) is not None:
         hub_offline()  # a hub that does not answer: the cache at once, not five retries a file
@@ -218,14 +203,26 @@ def _load(what: str, loader, name: str, **kwargs):
 
 
 def _call_loader(what: str, loader, name: str, folder: Path, **kwargs):
+    import warnings
+
     from safetensors import SafetensorError
 
     try:
-        return loader(name, **kwargs)
+        with warnings.catch_warnings():
+            # torch's weights_only unpickler warns of any pickle protocol but 2 before it reads (or refuses) the file:
+            # two lines of torch's source above recall's one, for a pickle recall reads as tensors or refuses anyway.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return loader(name, **kwargs)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met something that is not a tensor
-        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        lines = [line.strip() for line in str(exc).splitlines()]
+        reason = next((line for line in lines if "Unsupported global" in line), "")
         reason = reason.split(" was not")[0].removeprefix("WeightsUnpickler error: ")
-        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason or 'refused'}); "
+        if not reason:  # an instruction the tensor-only reader does not take (a pickle protocol it does not read)
+            unread = next((line for line in lines if line.startswith("Unsupported")), "refused")
+            raise ModelLoadError(f"{name}: its weights are a pickle that torch's tensor-only reader cannot read "
+                                 f"({unread}); recall never runs a pickle's code: save the model as safetensors "
+                                 "(save_pretrained) from a source you trust") from None
+        raise ModelLoadError(f"{name}: its weights are a pickle that holds more than tensors ({reason}); "
                              "recall reads a pickle only as plain tensors and never runs its code: save the model as "
                              "safetensors (save_pretrained) from a source you trust") from None
     except SafetensorError as exc:  # a truncated download or copy, or another format under the name
@@ -390,7 +387,7 @@ def auto_model_class(task: TaskType):
     return getattr(transformers, task.auto_class)
 
 
-def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
+def build_model(cfg: ModelConfig, task: TaskType, seed: int, dtype: torch.dtype = torch.float32) -> BuiltModel:
     """Load the pretrained weights once: they are theta*, and the starting point under PI. The task's
     type says which model (its Auto class) and which head (its head_config: labels, problem type).
 
@@ -411,7 +408,9 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
         model_location(cfg.name_or_path, cfg.gguf_file),
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # a checkpoint with another head: its head is replaced, not anchored
-        dtype=torch.float32,  # fp32 master weights; autocast handles fp16/bf16 compute
+        # model.dtype (training/weights.py; fp32 by default: autocast computes in 16 bits); bf16/fp16 weights
+        # keep fp32 master copies in the optimizer (optim.RecAdam), theta* as model.anchor_dtype says
+        dtype=dtype,
         trust_remote_code=cfg.trust_remote_code,
         **task.head_config(),
     )
@@ -429,21 +428,22 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int) -> BuiltModel:
 
     torch.manual_seed(seed)
     model = auto.from_config(
-        pretrained.config, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
+        pretrained.config, dtype=dtype, trust_remote_code=cfg.trust_remote_code
     )
     del pretrained
     return BuiltModel(model, theta_star)
 
 
-def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False) -> torch.nn.Module:
+def load_checkpoint_model(folder: str | Path, task: TaskType, trust_remote_code: bool = False,
+                          dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A model saved by `recall finetune` (or any save_pretrained folder) for resuming or evaluating,
-    as ``task``'s type loads it."""
+    as ``task``'s type loads it; ``dtype``: a resumed run's model.dtype."""
     quiet_transformers()
     return _load(
         "model",
         auto_model_class(task).from_pretrained,
         str(folder),
-        dtype=torch.float32,
+        dtype=dtype,
         trust_remote_code=trust_remote_code,
     )
 

@@ -2,7 +2,7 @@
 and the Hub ids of the models that ship as Python packages.
 
 Methods (the embedding anchor, LP-FT, LoRA, plugins) have a registry of their own that runs
-(methods/registry.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
+(plugins/methods.py). Every stage reads its facts from here instead of keeping a table of its own: recipe checks task,
 optimizer and probe names; tasks/ loads a task's files and hub columns, reads its extra metrics and
 its task type; model and the training set-up read whether an optimizer is anchored and its mode; records
 its kind; report its label, order, titles, train sizes and probe measures; preflight whether it keeps
@@ -38,7 +38,7 @@ class Task:
     # What a class is called (the hub's ClassLabel names, what run_glue.py writes into config.json's
     # id2label), index = class id; None: the labels themselves (already words) or regression.
     class_names: tuple[str, ...] | None = None
-    # Its task type, a key of tasks.TASK_TYPES: what reads, batches, heads, scores and predicts it.
+    # Its task type, a task type's name (plugins/tasks.py): what reads, batches, heads, scores and predicts it.
     task_type: str = "classification"
     # A causal-LM task made from a labelled one: the prompt its text fills ("Review: {0}\nSentiment:"),
     # and the completion is a class's name after a space (" positive"). None: the text is the prompt.
@@ -167,46 +167,16 @@ def is_vanilla(name: object) -> bool:
 
 # ---- probes --------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Probe:
-    """A probe.probes entry (recall_cli/probes/runner.py measures it)."""
-
-    name: str
-    # its inputs: "texts" (the probe sentences), "pairs" (the STS sentence pairs), "lm_texts" (general prose,
-    # a causal LM's) or "choices" (multiple-choice items, a causal LM's)
-    reads: str
-    measures: tuple[str, ...]  # the scalar fields it writes to a probe record: usable as --metric
-    skill: str | None = None  # its retained-skill ratio, the probe figure's panel (b) when the runs have it
-    skill_title: str | None = None
-    lower_is_better: tuple[str, ...] = ()  # of its measures: "best" in a compare column is the smallest
-    raw: tuple[str, ...] = ()  # of its measures: shown as they are, not x100 like scores and ratios
-
-
-PROBES: dict[str, Probe] = {p.name: p for p in (
-    Probe("cka", "texts", ("cka", "cka_debiased")),
-    Probe("drift", "texts", ("drift",), lower_is_better=("drift",)),
-    Probe("sts", "pairs", ("sts", "sts_ref", "sts_retained"), skill="sts_retained",
-          skill_title="retained STS skill ρ(θ)/ρ(θ*)"),
-    Probe("mlm", "texts", ("mlm_loss", "mlm_loss_ref", "mlm_ratio"), skill="mlm_ratio",
-          skill_title="MLM loss ratio L(θ)/L(θ*)", lower_is_better=("mlm_loss", "mlm_ratio"),
-          raw=("mlm_loss", "mlm_loss_ref")),
-    # A causal LM's (probes/lm.py): general text's loss, and θ*'s next-token distributions, each with a kept share.
-    Probe("lm", "lm_texts", ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept"), skill="lm_kept",
-          skill_title="LM loss kept L(θ*)/L(θ) on general text", lower_is_better=("lm_loss", "lm_ppl"),
-          raw=("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")),
-    Probe("kl", "lm_texts", ("kl", "kl_kept"), skill="kl_kept", skill_title="next-token agreement exp(−KL(θ*‖θ))",
-          lower_is_better=("kl",), raw=("kl",)),
-    Probe("choice", "choices", ("choice_acc", "choice_acc_ref", "choice_kept"), skill="choice_kept",
-          skill_title="multiple-choice skill kept above chance"),
-)}
-PROBE_NAMES = tuple(PROBES)
-# The probes that read a causal LM's next-token logits (the whole *ForCausalLM, not its encoder).
-CAUSAL_PROBES = tuple(p.name for p in PROBES.values() if p.reads in ("lm_texts", "choices"))
-# What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
+# The probes themselves are a registry (plugins/probes.py). What a recipe's probe.probes and `recall probe` measure unless told: the encoder's probes (a causal LM's
 # recipe names lm and kl, recipes/smollm2_sst2.yaml).
 DEFAULT_PROBES = ("cka", "drift", "sts", "mlm")
-PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
+# The one probe setting (issue 53): a run's probe section (recipe/schema.py's ProbeConfig), `recall probe`
+# and the library's probe() all start from these, so a model probed any of the three ways reads the same
+# numbers (tests/test_probes.py ties them). The first 128 probe sentences, every STS pair (None), 64 tokens.
+PROBE_NUM_TEXTS = 128
+PROBE_NUM_PAIRS = None
+PROBE_MAX_LENGTH = 64
+PROBE_BATCH_SIZE = 64
 
 
 # ---- the distribution --------------------------------------------------------------------------
@@ -214,38 +184,14 @@ PROBE_MEASURES = tuple(m for p in PROBES.values() for m in p.measures)
 # recall's name on PyPI (pip install recall-finetune); the import package is recall_cli and the command
 # `recall`. "recall-cli" on PyPI is another project (a personal semantic memory system).
 DISTRIBUTION = "recall-finetune"
+# recall_cli.__version__ (pyproject.toml's): here, below the training code that records it in summary.json.
+VERSION = "0.1.0"
 
 
 def pip_extra(extra: str) -> str:
     """The pip command that installs one of recall's extras: pip install 'recall-finetune[mlflow]'."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
-
-# ---- experiment trackers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tracker:
-    """An experiment tracker that train.report_to names (the Hugging Face Trainer's names)."""
-
-    name: str
-    module: str  # what must import for it to work
-    extra: str  # pip install 'recall-finetune[<extra>]'
-    # recall's module that reports to it (recall_cli/trackers/<tracker_module>.py)
-    tracker_module: str = ""
-    # Starts a run on a server that may refuse it (a login): opened before the trackers that write
-    # locally, so that a refusal leaves nothing of them behind.
-    remote: bool = False
-
-
-TRACKERS: dict[str, Tracker] = {
-    t.name: t
-    for t in (
-        Tracker("tensorboard", "tensorboard", "tensorboard", "tensorboard_tracker"),
-        Tracker("wandb", "wandb", "wandb", "wandb_tracker", remote=True),
-        Tracker("mlflow", "mlflow", "mlflow", "mlflow_tracker"),
-    )
-}
 
 # ---- short names of recipe keys ------------------------------------------------------------------
 
@@ -284,7 +230,7 @@ KEY_ALIASES: tuple[KeyAlias, ...] = (
     KeyAlias("record.gamma_rule", "gamma", None),
 )
 # A method's switch has its short name and cell prefix in its registry entry (Method.short, Method.cell):
-# methods.registry.key_aliases() adds them to these two.
+# plugins.methods.key_aliases() adds them to these two.
 SHORT_KEYS = {a.short: a.key for a in KEY_ALIASES if a.short}  # "k" -> "optimizer.anneal_k"
 CELL_PREFIXES = {a.key: a.cell for a in KEY_ALIASES if a.cell is not None}  # "train.seed" -> "s"
 

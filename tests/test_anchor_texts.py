@@ -387,8 +387,8 @@ def bad_files(tmp: Path) -> dict[str, Path]:
      "keep.text_column: {cols.csv} has no column 'text' (its columns: id, sentence)"),
     (["keep.texts={cols.csv}"], "keep.text_column: {cols.csv} has columns id, sentence: name the one with the sentences "
                                 "(keep.text_column=NAME)"),
-    (["keep.texts={bad.jsonl}"], "keep.texts: {bad.jsonl}: line 2 is not a JSON object (a .jsonl file holds one object "
-                                 "a line)"),
+    (["keep.texts={bad.jsonl}"], "keep.texts: {bad.jsonl} line 2: invalid JSON (Expecting value): write one JSON object "
+                                 "per line"),
     (["keep.layers=[1,3]"], "keep.layers: 3 is past the model's 2 layers (hidden states 0..2: 0 the embeddings' output, "
                             "2 the last layer's)"),
     # whether or not this run probes: `recall probe` scores the same files later

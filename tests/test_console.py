@@ -179,3 +179,45 @@ def test_a_narrow_terminal_keeps_every_column_and_name(width):
     if width >= 120:
         assert "┃" in text  # room enough: the rich table
     assert all(len(line) <= width for line in text.splitlines() if "┃" in line or "│" in line)
+
+
+def test_the_gguf_de_quantizing_bar_is_silenced_unless_recall_debug(monkeypatch, capsys):
+    """Issue 53: transformers' GGUF reader draws its bar with tqdm itself, past quiet_transformers(); a GGUF
+    load is quiet, and RECALL_DEBUG=1 shows the bar again."""
+    pytest.importorskip("gguf", reason="the lm extra installs gguf, which transformers' GGUF reader imports")
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from recall_cli.quiet import quiet_gguf_bar as _quiet_gguf_bar
+
+    original = gguf_utils.tqdm
+    monkeypatch.delenv("RECALL_DEBUG", raising=False)
+    with _quiet_gguf_bar():
+        assert list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors...")) == [0, 1, 2]
+    assert gguf_utils.tqdm is original and "de-quantizing" not in capsys.readouterr().err
+    monkeypatch.setenv("RECALL_DEBUG", "1")
+    with _quiet_gguf_bar():
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "de-quantizing" in capsys.readouterr().err
+
+
+def test_a_local_ray_start_names_its_token_mode_so_ray_does_not_warn(monkeypatch):
+    """Issue 53: a local Ray turns token authentication on and warns about it on every start; recall names
+    that same mode (RAY_AUTH_MODE=token), which Ray takes without the warning. A cluster's (--address), a
+    mode the user set, and RECALL_DEBUG=1 are left alone."""
+    import os
+
+    from recall_cli.sweep.on_ray import quiet_token_warning
+
+    for env, address, expected in (({}, None, "token"), ({}, "ray://head:10001", None),
+                                   ({"RAY_AUTH_MODE": "disabled"}, None, "disabled"), ({"RECALL_DEBUG": "1"}, None, None)):
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+        monkeypatch.delenv("RECALL_DEBUG", raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        quiet_token_warning(address)
+        assert os.environ.get("RAY_AUTH_MODE") == expected, (env, address)
+    ray_setup = pytest.importorskip("ray._private.authentication.authentication_token_setup")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    warned = []
+    monkeypatch.setattr(ray_setup, "_warn_token_auth_enabled", lambda: warned.append(True))
+    assert ray_setup.enable_token_auth_by_default() is True and not warned  # Ray's own: the mode kept, no warning

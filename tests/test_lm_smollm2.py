@@ -47,11 +47,19 @@ def test_the_recipe_runs_a_few_steps_offline(tmp_path):
     raw["output_dir"] = str(tmp_path / "run")
     raw["task"].update(max_train_examples=16, max_eval_examples=8)
     raw["train"].update(max_steps=2, batch_size=4, eval_every=2, log_every=1, save="final")
-    raw["probe"].update(num_texts=8)
+    # Eight passages and four choice items, not the bundled 255 (1,020 scored sequences, most of this test's
+    # time on a loaded CPU, twice): the test checks that the recipe runs and probes, not θ*'s skill.
+    items = [{"prompt": "The capital of France is", "choices": [" Paris", " Rome"], "answer": 0},
+             {"prompt": "The opposite of hot is", "choices": [" cold", " tall"], "answer": 0},
+             {"prompt": "Two plus two is", "choices": [" five", " four"], "answer": 1},
+             {"prompt": "The day after Monday is", "choices": [" Friday", " Tuesday"], "answer": 1}]
+    (tmp_path / "choices.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    raw["probe"].update(num_texts=8, choices_file=str(tmp_path / "choices.jsonl"))
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
     result = CliRunner().invoke(app, ["finetune", str(tmp_path / "r.yaml"), "--plain"], env={"HF_HUB_OFFLINE": "1"})
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["finished"] and 0 <= summary["final"]["exact_match"] <= 1 and summary["probe"]["lm_kept"] > 0
+    assert summary["probe"]["choice_items"] == 4 and 0 <= summary["probe"]["choice_acc"] <= 1
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config

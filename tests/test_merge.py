@@ -317,3 +317,52 @@ def test_each_output_carries_a_model_card_the_hub_reads_with_what_evaluate_measu
         assert f"| {row['model']} | mrpc | {100 * row['individual']:.2f} | {100 * row['merged']:.2f} |" in card.text
     assert (tmp_path / "m" / "a" / KEPT_FILE).read_text(encoding="utf-8") == "# my notes on run a\n"
     assert not (tmp_path / "m" / "b" / KEPT_FILE).exists()
+
+
+# ---- models whose safetensors are split in shards (model-0000i-of-0000N.safetensors + index) ------------
+
+
+def shard_weights(folder: Path, parts: int = 3) -> None:
+    """Split ``folder``'s model.safetensors in ``parts`` files and an index, as save_pretrained does for a
+    model past its max_shard_size: tensors in name order, about equal counts a file."""
+    from safetensors.torch import save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    names = sorted(tensors)
+    weight_map = {}
+    for i in range(parts):
+        file = f"model-{i + 1:05d}-of-{parts:05d}.safetensors"
+        chunk = names[i * len(names) // parts:(i + 1) * len(names) // parts]
+        save_file({n: tensors[n].contiguous() for n in chunk}, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in chunk})
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}), encoding="utf-8")
+    (folder / "model.safetensors").unlink()
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("linear", ()), ("task_arithmetic", ("--lambda", "0.7")), ("ties", ("--density", "0.5")),
+    ("recall", ("--clusters", "3")),
+])
+def test_a_merge_of_sharded_models_equals_the_unsharded_merge_bit_for_bit(runs, samples, tiny_model_dir, tmp_path,
+                                                                        method, extra):
+    sharded = {}
+    for name, run in runs.items():
+        sharded[name] = tmp_path / "sharded" / name
+        shutil.copytree(run, sharded[name])
+        shard_weights(sharded[name] / "best")
+        assert not (sharded[name] / "best" / "model.safetensors").exists()
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    shard_weights(base, parts=2)
+    common = ["--method", method, *extra, "--samples", samples, *(["--base", base] if method == "ties" else [])]
+    code, output = merge(runs["a"], runs["b"], "--out", tmp_path / "plain", *common)
+    assert code == 0, output
+    code, output = merge(sharded["a"], sharded["b"], "--out", tmp_path / "split", *common)
+    assert code == 0, output
+    for name in ("a", "b"):
+        plain, split = weights(tmp_path / "plain" / name), weights(tmp_path / "split" / name)
+        assert plain.keys() == split.keys()
+        for key, tensor in plain.items():
+            assert torch.equal(split[key], tensor), (method, name, key)

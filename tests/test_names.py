@@ -79,18 +79,20 @@ def test_every_probe_measure_is_a_report_metric(tmp_path):
 
     from recall_cli.cli import app
 
-    assert all(p.reads in ("texts", "pairs", "lm_texts", "choices") for p in names.PROBES.values())
+    from recall_cli.plugins.probes import probe_measures, probes
+
+    assert all(p.reads in ("texts", "pairs", "lm_texts", "choices") for p in probes().values())
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("model: {name_or_path: x}\ntask: {name: sst2}\noptimizer: {name: adamw}\n")
-    probe = {m: 0.5 + i / 100 for i, m in enumerate(names.PROBE_MEASURES)}
+    probe = {m: 0.5 + i / 100 for i, m in enumerate(probe_measures())}
     (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "split": "eval", "accuracy": 0.9, "main": 0.9}) + "\n"
                                        + json.dumps({"step": 5, "split": "probe", **probe}) + "\n")
     (run / "summary.json").write_text(json.dumps({"task": "sst2", "optimizer": "adamw", "init": "pretrained", "seed": 1,
                                                   "steps": 5, "finished": True, "best": None,
                                                   "final": {"step": 5, "main": 0.9}, "final_distance": 1.0,
                                                   "probe": {"step": 5, **probe}}))
-    for measure in names.PROBE_MEASURES:
+    for measure in probe_measures():
         result = CliRunner().invoke(app, ["compare", str(run), "--metric", measure, "--format", "json"])
         assert result.exit_code == 0, (measure, result.output)
         [row] = json.loads(result.stdout)

@@ -110,7 +110,7 @@ def test_register_method_from_the_library(monkeypatch):
     class Damp(Method):
         name, label, switch = "damp", "damping", "keep.embeddings"
 
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test
+    monkeypatch.setattr(registry._METHODS, "entries", dict(registry._METHODS.entries))  # undone after the test
     with pytest.raises(ValueError, match="its switch is taken by keep"):
         registry.register_method(Damp())
 
@@ -129,7 +129,7 @@ def load_teacher_plugin(monkeypatch) -> types.ModuleType:
     from recall_cli.methods import registry
 
     registry.methods()  # recall's own first, as an installed plugin would find them
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry._METHODS, "entries", dict(registry._METHODS.entries))
     module = types.ModuleType("recall_logit_kd_plugin")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # as an import would leave it (its dataclass asks)
     exec(compile(TEACHER, "recall_logit_kd_plugin.py", "exec"), module.__dict__)

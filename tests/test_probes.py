@@ -317,3 +317,39 @@ def test_finetune_with_a_malformed_pair_file_creates_nothing(tiny_model_dir, tmp
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
     assert result.exit_code == 2 and "missing columns sentence1, sentence2" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_one_probe_setting_for_a_run_the_command_and_the_library(tiny_model_dir, monkeypatch):
+    """Issue 53: a run's probe section, `recall probe` without flags and the library's probe() read the same
+    sentences, pairs and tokens (names.py's PROBE_* constants), so their numbers for one model agree; 0 asks
+    the command for all of them."""
+    import inspect
+
+    from recall_cli import names
+    from recall_cli.api import probe
+    from recall_cli.probes import targets
+    from recall_cli.recipe.schema import ProbeConfig
+
+    section = ProbeConfig()
+    assert (section.num_texts, section.num_pairs, section.max_length, section.batch_size) == \
+        (names.PROBE_NUM_TEXTS, names.PROBE_NUM_PAIRS, names.PROBE_MAX_LENGTH, names.PROBE_BATCH_SIZE) == (128, None, 64, 64)
+    library = {k: v.default for k, v in inspect.signature(probe).parameters.items()}
+    assert (library["num_texts"], library["num_pairs"], library["max_length"], library["batch_size"]) == \
+        (section.num_texts, section.num_pairs, section.max_length, section.batch_size)
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(theta_star, probes, inputs, tokenizer, device, *, max_length, batch_size, **_):
+        seen.append((len(inputs.texts), None if inputs.pairs is None else len(inputs.pairs), max_length, batch_size))
+        raise Stop
+
+    monkeypatch.setattr(targets, "theta_star_prober", capture)
+    for flags in ([], ["--num-texts", "0"]):
+        result = CliRunner().invoke(app, ["probe", str(tiny_model_dir), "--device", "cpu", "--json", *flags])
+        assert "Stop" in result.output, result.output  # stopped where θ*'s side would be computed
+    all_texts = len(load_inputs(["cka"], None, None, None, None).texts)
+    assert all_texts > 128
+    assert seen == [(128, 1500, 64, 64), (all_texts, 1500, 64, 64)]

@@ -179,7 +179,7 @@ def test_albert_recipe_settings(task):
     assert recipe.train.warmup_steps == warmup
 
 
-# The study at the paper's budgets (docs/study/budget.py) picks a setting per task; each MiniLM recipe ships
+# The 3-epoch study (docs/study/budget.py) picks a setting per task; each MiniLM recipe ships
 # the family it ran as (RTE: vanilla, since the holdout's pick scored below vanilla on dev, its interval
 # under 0; the header says so). STS-B is the probe's task, not a study task: a short CPU recipe.
 SHIPPED_FAMILY = {"mrpc": "lora_r8_lr5e-4", "cola": "lora_r8_lr5e-4", "sst2": "lora_r8_lr5e-4", "rte": "vanilla"}

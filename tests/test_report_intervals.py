@@ -78,6 +78,32 @@ def test_paired_interval_is_the_bootstrap_of_the_mean_paired_difference():
     assert by_seed([1, 1, 2], [0.2, 0.4, 0.5]) == {1: pytest.approx(0.3), 2: 0.5}
 
 
+def test_over_fewer_than_5_seeds_the_interval_is_the_seeds_range_and_is_named_so(tmp_path):
+    """Issue 53: a bootstrap over 2-4 seeds is (at 2 and 3 seeds exactly) the range of the per-seed
+    differences; it is computed and labelled as that range, never as a 95% CI."""
+    from recall_cli.report.intervals import paired_interval
+
+    d = [-0.005, -0.02, 0.01]
+    three = paired_interval(dict(zip((1, 2, 3), METHOD_DEV)), dict(zip((1, 2, 3), VANILLA_DEV)))
+    assert three.kind == "range" and (three.low, three.high) == pytest.approx((min(d), max(d)))
+    # the same numbers the percentile bootstrap gave over 3 seeds: each end is drawn on 1/27 > 2.5 % of resamples
+    assert (three.low, three.high) == pytest.approx(direct_interval(d), abs=1e-12)
+    assert three.to_dict()["kind"] == "range"
+    four = paired_interval(dict(zip((1, 2, 3, 4), METHOD_DEV)), dict(zip((1, 2, 3, 4), VANILLA_DEV)))
+    assert four.kind == "range" and (four.low, four.high) == pytest.approx((-0.02, 0.01))
+    five = paired_interval(dict(zip(SEEDS, METHOD_DEV)), dict(zip(SEEDS, VANILLA_DEV)))
+    assert five.kind == "bootstrap"
+
+    runs = tmp_path / "runs"
+    wise = {"merge": "linear", "with": ["pretrained"], "models": [PRETRAINED, "runs/vanilla/last"], "weights": [0.25, 0.75]}
+    for seed, vd, md_, vk, mk in list(zip(SEEDS, VANILLA_DEV, METHOD_DEV, VANILLA_KEPT, METHOD_KEPT))[:3]:
+        run_dir(runs, f"vanilla/s{seed}", dev=vd, kept=vk, seed=seed)
+        run_dir(runs, f"wise/s{seed}", dev=md_, kept=mk, seed=seed, record=wise)
+    md = invoke("compare", runs, "--against", "vanilla", "--stats", "median", "--format", "markdown").stdout
+    assert f"|  | range | [{100 * min(d):+.1f}, {100 * max(d):+.1f}] |" in md and "95% CI" not in md
+    assert "range: the lowest and highest per-seed difference (fewer than 5 seeds" in md
+
+
 @pytest.fixture
 def paired(tmp_path) -> Path:
     """MRPC, seeds 1-5: vanilla and WiSE-FT α 0.75; a third setting (RecAdam) ran seed 1 only."""

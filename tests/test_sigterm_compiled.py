@@ -65,6 +65,7 @@ def check(tmp_path: Path, model_dir: Path, device: str, moment: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two compiles of the step, minutes on a loaded 2-core CPU: make test's second step runs it
 def test_sigterm_during_the_first_compile_on_cpu(tiny_model_dir, tmp_path):
     check(tmp_path, tiny_model_dir, "cpu", "compile")
 

@@ -62,8 +62,9 @@ def test_the_recipe_is_read_where_the_run_is_planned():
     assert walk["recipe_stays"] <= 40 and walk["recipe_climbs_back_up"] <= 12, walk
     assert walk["recipe_path"][0] == "recall_cli.training.loop"
     # Everything derived from the recipe (the plan, the task's data, the model, ...): issue 54's ruler. Its target,
-    # 45 stays and 14 climbs, is not met yet; this holds the walk where issue 54 left it (67 stays, 27 climbs).
-    assert walk["derived_stays"] <= 67 and walk["derived_climbs_back_up"] <= 27, walk
+    # 45 stays and 14 climbs, is not met yet; this holds the walk where issue 54 left it: 67 stays and 27 climbs on
+    # issue-54b alone, 77 and 29 on main after issue 51 (model.dtype's weights.py, FSDP), 72 and 29 merged.
+    assert walk["derived_stays"] <= 72 and walk["derived_climbs_back_up"] <= 29, walk
     assert walk["derived_path"][0] == "recall_cli.training.loop"
 
 
@@ -190,3 +191,51 @@ def test_the_walk_counts_a_loop_once():
     assert collapse(["a", "b", "c", "b", "c", "b", "c", "d"]) == ["a", "b", "c", "d"]
     assert collapse(["a", "b", "c", "a", "b", "c", "x", "a"]) == ["a", "b", "c", "x", "a"]
     assert collapse(["a", "b", "a", "c"]) == ["a", "b", "a", "c"]
+
+
+# ---- the floors docs/layers.md writes down ---------------------------------------------------------
+
+
+def floors() -> dict[str, int]:
+    """docs/layers.md's table: each folder or top-level module of recall_cli/ -> its floor."""
+    table = {}
+    for line in (REPO / "docs" / "layers.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            for name in re.findall(r"`([\w.]+/?)`", cells[1]):
+                table[name.removesuffix("/").removesuffix(".py")] = int(cells[0])
+    return table
+
+
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def climbs(graph: dict[str, set[str]], table: dict[str, int]) -> list[str]:
+    """Imports (lazy ones too) from a folder to one on its own floor or above."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if folder_of(a) != folder_of(b) and table[folder_of(a)] <= table[folder_of(b)])
+
+
+def test_every_folder_has_a_floor_and_imports_only_below_it():
+    graph = structure().import_graph()
+    table = floors()
+    assert {"plugins", "methods", "recipe", "training", "probes"} <= set(table) and table["plugins"] < table["recipe"]
+    assert sorted({folder_of(m) for m in graph} - set(table)) == []  # a new folder is placed in docs/layers.md
+    assert climbs(graph, table) == []
+
+
+def test_a_climb_is_found_where_there_is_one():
+    graph = {"recall_cli.recipe.checks": {"recall_cli.methods.keep"}, "recall_cli.methods.keep": {"recall_cli.recipe"},
+             "recall_cli.recipe": set()}
+    assert climbs(graph, {"recipe": 3, "methods": 10}) == ["recall_cli.recipe.checks -> recall_cli.methods.keep"]
+
+
+def test_no_module_and_its_package_import_each_other():
+    """A lazy circle through a package's __init__ (methods/lmkeep/term.py importing its own __init__ for a
+    helper) is a circle too: cycles() leaves package and member pairs out, this does not."""
+    s = structure()
+    graph = s.import_graph()
+    reach = s.reaches(graph)
+    assert sorted((a, b) for a in graph for b in reach[a] if a < b and a in reach[b]) == []

@@ -37,6 +37,7 @@ def weights(path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_a_ray_sweep_equals_the_local_sweep_record_for_record(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(
@@ -67,6 +68,7 @@ def test_a_ray_sweep_equals_the_local_sweep_record_for_record(tiny_model_dir, tm
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_a_cell_whose_ray_worker_dies_resumes_from_its_last_checkpoint(tiny_model_dir, tmp_path):
     """A node leaving, as the cell sees it: its Ray worker is killed (SIGKILL). The child gets SIGTERM
     (it is tied to the worker) and saves last/; Ray runs the task again, which resumes the cell."""
@@ -127,6 +129,7 @@ def test_without_ray_the_backend_names_the_extra(tiny_model_dir, tmp_path, monke
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a Ray cluster started and stopped: make test's second step runs it
 def test_sigterm_to_a_ray_sweep_saves_its_cells_resumably(tiny_model_dir, tmp_path):
     """A scheduler pre-empting the driver: its tasks are cancelled, each running cell saves last/ and exits
     143, the index says interrupted, exit 143, and the next sweep resumes the cell."""
@@ -153,3 +156,130 @@ def test_sigterm_to_a_ray_sweep_saves_its_cells_resumably(tiny_model_dir, tmp_pa
     assert (out / "s1" / "last" / "trainer_state.json").is_file() and "stopped by SIGTERM" in log.read_text()
     commands = runner.invoke(app, ["sweep", str(recipe), "--seeds", "1,2", "--out", str(out), "--print-commands"])
     assert commands.stdout.splitlines()[0] == f"recall finetune --resume {out / 's1'} --plain"
+
+
+# ---- issue 52: an address, a share or a TMPDIR Ray cannot use is one line, and nothing is made ----------------
+
+
+@pytest.mark.parametrize("address", ["", " ", "ray://", "head", "head:abc", "http://head:6379", "head:70000",
+                                     "ray://head:10001/x"])
+def test_a_malformed_address_is_refused_before_anything_is_made(tiny_model_dir, tmp_path, address):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--address", address])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --address {address!r}: not an address of a Ray cluster: give auto (the cluster this machine's `ray "
+        "start` joined), HOST:PORT (the head's GCS port, 6379 by default) or ray://HOST:PORT (Ray Client, 10001), or "
+        "leave --address out to start Ray on this machine"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("address, reason", [("127.0.0.1:1", "Connection refused"), ("ray://127.0.0.1:1", "Connection refused"),
+                                             ("no-such-head.invalid:6379", "")])
+def test_an_unreachable_cluster_is_one_line_in_bounded_time_and_nothing_is_made(tiny_model_dir, tmp_path, address,
+                                                                                 reason, monkeypatch):
+    """Ray's own connection retries went on for minutes; one TCP connection (at most CONNECT_TIMEOUT_S) decides."""
+    from recall_cli.sweep import on_ray
+
+    assert on_ray.CONNECT_TIMEOUT_S <= 10
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was asked to connect"))
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    started = time.monotonic()
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--address", address])
+    assert time.monotonic() - started < 60
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --address {address}: no Ray cluster answers there ({reason}")
+    assert line.endswith("start it (ray start --head) or check the address; nothing was started or written")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cell_with_no_cpu_is_refused(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--cpus-per-cell", "0"])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        "error: --cpus-per-cell must be more than 0 (each cell's finetune uses at least one CPU), got 0"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("length, fits", [(20, True), (64, False), (80, False)])
+def test_a_local_ray_keeps_its_sockets_where_their_paths_fit(monkeypatch, length, fits):
+    from recall_cli.errors import SweepError
+    from recall_cli.sweep import on_ray
+
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", "/" + "t" * (length - 1))
+    assert on_ray.local_temp_dir() == (None if fits else "/tmp/ray")
+    monkeypatch.setenv("RAY_TMPDIR", "/" + "r" * 79)
+    assert on_ray.local_temp_dir() == "/tmp/ray"
+    monkeypatch.setattr(on_ray.os, "access", lambda *a: False)  # /tmp cannot be written: refused, naming the variable
+    with pytest.raises(SweepError, match=r"RAY_TMPDIR=/r{79} is 80 characters: the Unix socket paths a local Ray makes "
+                                         r"under it would pass 107 bytes, and /tmp cannot be written: set RAY_TMPDIR to "
+                                         r"a shorter folder \(at most 36 characters\)"):
+        on_ray.local_temp_dir()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray (2 CPUs, no GPU) for the module's refusals: a sweep joins a Ray already started and leaves it."""
+    ray = pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, said", [
+    (["--cpus-per-cell", "3"], "--cpus-per-cell 3: the Ray cluster has 2 CPUs in all, so no cell could ever start: ask "
+                               "for at most 2; nothing was written"),
+    (["--gpus-per-cell", "0.5"], "--gpus-per-cell 0.5: the Ray cluster has 0 GPUs in all, so no cell could ever start: "
+                                 "ask for at most 0 (or run on a cluster with GPUs); nothing was written"),
+])
+def test_a_share_larger_than_the_whole_cluster_is_refused_not_left_waiting(local_ray, tiny_model_dir, tmp_path, args, said):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray", *args])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [f"error: {said}"]
+    assert not (tmp_path / "out").exists() and local_ray.is_initialized()
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_under_a_long_tmpdir_runs_says_which_cell_failed_and_resumes(tiny_model_dir, tmp_path):
+    """TMPDIR of 70+ characters: Ray's socket paths under it passed 107 bytes (exit 1); the local Ray now keeps them
+    in /tmp/ray. A cell that fails under Ray (its data unreadable) is named with its exit code; the sweep run again
+    skips the finished cell and runs the failed one, now that its data is there."""
+    pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
+    from conftest import GLUE
+
+    long_tmp = tmp_path / ("t" * max(1, 75 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) >= 70
+    bad = tmp_path / "MRPC2"
+    bad.mkdir()
+    (bad / "train.tsv").write_text("junk\n")
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(
+        tiny_model_dir, tmp_path / "unused", train={"max_steps": 2, "eval_every": 0, "log_every": 1}))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "recall_cli", "sweep", str(recipe), "--seeds", "1", "--out", str(out), "--backend",
+               "ray", "--grid", f"task.data_dir={GLUE / 'MRPC'},{bad}"]
+    env = {**os.environ, "TMPDIR": str(long_tmp), "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "AF_UNIX" not in first.stderr
+    (line,) = [x for x in first.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: 1 of 2 cells failed: data_dirMRPC2_s1: exit 2") and "data_dirMRPC2_s1.log" in line
+    cells = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    assert (cells["data_dirMRPC_s1"]["state"], cells["data_dirMRPC2_s1"]["state"]) == ("finished", "failed")
+    assert cells["data_dirMRPC2_s1"]["exit_code"] == 2
+    for name in ("train.tsv", "dev.tsv"):
+        (bad / name).write_bytes((GLUE / "MRPC" / name).read_bytes())
+    finished = (out / "data_dirMRPC_s1" / "last" / "model.safetensors").read_bytes()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 2 cells already finished, skipped" in again.stdout and "1 cells sent to Ray" in again.stdout
+    assert (out / "data_dirMRPC_s1" / "last" / "model.safetensors").read_bytes() == finished
+    assert all(c["state"] == "finished" for c in json.loads((out / "sweep.json").read_text())["cells"])

@@ -69,14 +69,18 @@ def test_strata_and_predictions():
     assert (score.text, score.probabilities) == ("3.14159", None) and isinstance(score.value, float)
 
 
-def test_a_new_task_type_is_one_class_and_one_registry_entry(monkeypatch):
+def test_a_new_task_type_is_one_class_and_one_registry_entry():
     """What a later type (a token classifier, a causal LM) costs: the stages find it through the task's name."""
+    from recall_cli.plugins.tasks import register_task_type, unregister_task_type
 
     class Echo(Regression):
         name = "echo"
         pipeline_tag = "feature-extraction"
 
-    monkeypatch.setitem(TASK_TYPES, "echo", Echo)
-    spec = custom_task(("text",), "score", None)
-    kind = task_type_for(type(spec)(**{**spec.__dict__, "task_type": "echo"}))
-    assert isinstance(kind, Echo) and isinstance(kind, TaskType) and kind.pipeline_tag == "feature-extraction"
+    register_task_type(Echo)
+    try:
+        spec = custom_task(("text",), "score", None)
+        kind = task_type_for(type(spec)(**{**spec.__dict__, "task_type": "echo"}))
+        assert isinstance(kind, Echo) and isinstance(kind, TaskType) and kind.pipeline_tag == "feature-extraction"
+    finally:
+        unregister_task_type("echo")

@@ -300,8 +300,13 @@ def test_missing_package_is_refused_before_anything_is_written(name, tiny_model_
 def test_a_tracker_that_cannot_start_leaves_nothing_of_the_others(tiny_model_dir, tmp_path, monkeypatch):
     """W&B refusing (no login) after MLflow had made ./mlflow.db and a KILLED run: now W&B starts first,
     and what the others started is discarded; the run directory is not made."""
+    from dataclasses import replace
+
     from recall_cli import trackers
-    from recall_cli.trackers import wandb_tracker
+    from recall_cli.plugins import trackers as registry
+
+    def refusing(name, how):  # the registry's entry for ``name``, opening with ``how`` (undone after the test)
+        monkeypatch.setitem(registry._TRACKERS.entries, name, replace(registry.trackers()[name], open=how))
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -311,7 +316,7 @@ def test_a_tracker_that_cannot_start_leaves_nothing_of_the_others(tiny_model_dir
         opened.append(sorted(p.name for p in tmp_path.iterdir()))
         raise trackers.start_failed("wandb", RuntimeError("api_key not configured (no-tty)"), "run `wandb login`")
 
-    monkeypatch.setattr(wandb_tracker, "open_tracker", refuse)
+    refusing("wandb", refuse)
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
     result = runner.invoke(app, ["finetune", str(recipe), "train.report_to=[tensorboard,mlflow,wandb]", "--plain"])
     assert result.exit_code == 2, result.output
@@ -320,9 +325,7 @@ def test_a_tracker_that_cannot_start_leaves_nothing_of_the_others(tiny_model_dir
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]  # no mlflow.db, no mlruns/, no out/
 
     # Refused later (W&B gone from the list, MLflow's start failing after TensorBoard's): nothing either.
-    from recall_cli.trackers import mlflow_tracker
-
-    monkeypatch.setattr(mlflow_tracker, "open_tracker", refuse)
+    refusing("mlflow", refuse)
     result = runner.invoke(app, ["finetune", str(recipe), "train.report_to=[tensorboard,mlflow]", "--plain"])
     assert result.exit_code == 2, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
@@ -439,7 +442,9 @@ def test_a_sweeps_cells_share_a_group(stores, tiny_model_dir):
 
 
 def test_every_tracker_has_its_extra_and_the_tests_install_them():
-    from recall_cli.names import TRACKERS
+    from recall_cli.plugins.trackers import trackers
+
+    TRACKERS = trackers()
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (CI's is 3.11)
 

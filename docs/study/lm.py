@@ -64,8 +64,12 @@ def summary(runs: Path, env: dict[str, str]) -> str:
             groups.setdefault(g["name"], {"n": g["n"]})[metric] = g
     first = lambda name: name.split(", ")[0]  # noqa: E731
     names = sorted(groups, key=lambda name: (ORDER.index(first(name)) if first(name) in ORDER else len(ORDER), name))
-    lines = ["| setting | n | exact match ×100 | Δ [95 % CI] | `kl` ×1000 | Δ `kl` [95 % CI] | `lm_kept` ×100 | "
-             "`choice_acc` ×100 | `choice_kept` ×100 | Δ `choice_kept` [95 % CI] |",
+    kinds = {d.get("kind", "bootstrap") for g in groups.values() for m in ("exact_match", "kl", "choice_kept")
+             for d in [(g[m].get("against") or {}).get(m)] if isinstance(d, dict) and d.get("low") is not None}
+    # Fewer than 5 paired seeds: the interval is the seeds' range, and is named so (report/intervals.py).
+    band = "range" if kinds == {"range"} else "95 % CI or range" if "range" in kinds else "95 % CI"
+    lines = [f"| setting | n | exact match ×100 | Δ [{band}] | `kl` ×1000 | Δ `kl` [{band}] | `lm_kept` ×100 | "
+             f"`choice_acc` ×100 | `choice_kept` ×100 | Δ `choice_kept` [{band}] |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         g = groups[name]

@@ -246,6 +246,8 @@ def _print_checks(checks) -> None:
     if checks.memory is not None:
         parts = ", ".join(f"{name} {gib(n)}" for name, n in checks.memory.parts.items())
         out_console.print(f"# memory estimate per process: {parts}", soft_wrap=True)
+        state = " + ".join(f"{name} {n / max(1, checks.memory.parameters):.0f}" for name, n in checks.memory.state_parts.items() if n)
+        out_console.print(f"# bytes per parameter: {checks.memory.bytes_per_parameter:.1f} ({state})", soft_wrap=True)
 
 
 # ---- evaluate ------------------------------------------------------------------------------------

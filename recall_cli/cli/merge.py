@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ExitCode, exit_codes_help
-from ..merge import METHODS, Option, known_options
+from ..merge import Option, known_options
+from ..plugins.merges import merges
 from .common import JsonOpt, dumps_json, run_guarded
 
 MERGE_EXIT_CODES = exit_codes_help({
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
 def merge(
     models: Annotated[list[str], typer.Argument(help="Run directories (their best/) or save_pretrained folders, oldest first; pkg:MODULE for a packaged model.", show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="New folder: one model per input under it, plus merge.json.", show_default=False)],
-    method: Annotated[str, typer.Option(help=f"{', '.join(list(METHODS)[:-1])} or {list(METHODS)[-1]}.")] = "recall",
+    method: Annotated[str, typer.Option(help=f"{', '.join(list(merges(strict=False))[:-1])} or {list(merges(strict=False))[-1]}.")] = "recall",
     *,  # every method's options come here (_with_method_options)
     device: Annotated[str, typer.Option(help="RECALL representations and --evaluate: auto, cpu or cuda.")] = "auto",
     evaluate: Annotated[bool, typer.Option("--evaluate", help="Score every output and its source model on the source's task.")] = False,
@@ -56,7 +57,7 @@ def merge(
     def go() -> None:
         from .. import merge as m
 
-        given = {name: method_options[_parameter_name(name)] for name in known_options()}
+        given = {name: method_options[_parameter_name(name)] for name in known_options()}  # a broken plugin: its line
         merged = m.run_merge(models, out, method, given, device=device, evaluate=evaluate, report_to=report_to or ())
         scores = merged.scores
         if as_json:
@@ -102,7 +103,9 @@ def _with_method_options(command):
     fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     at = [p.name for p in fixed].index("method") + 1
     order = {name: i for i, name in enumerate(_HELP_ORDER)}
-    shown = sorted(known_options().values(), key=lambda o: order.get(o.name, len(order)))
+    # strict=False: a merge plugin that fails to load leaves recall's own options here; `recall merge` then
+    # names the plugin in one line (known_options in the command raises it)
+    shown = sorted(known_options(strict=False).values(), key=lambda o: order.get(o.name, len(order)))
     command.__signature__ = signature.replace(parameters=fixed[:at] + [_parameter(o) for o in shown] + fixed[at:])
     return command
 

@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ExitCode, ReportError, exit_codes_help
-from ..names import DEFAULT_PROBES, PROBE_NAMES
+from ..names import DEFAULT_PROBES, PROBE_BATCH_SIZE, PROBE_MAX_LENGTH, PROBE_NUM_TEXTS
+from ..plugins.probes import probe_names
 from .common import JsonOpt, check_device, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = exit_codes_help({
@@ -41,14 +42,14 @@ def register(app: typer.Typer) -> None:
 def probe(
     targets: Annotated[list[str], typer.Argument(help="Run directories (their best/), checkpoint folders or model names (pkg:, hub id, folder).", show_default=False)],
     against: Annotated[Optional[str], typer.Option(help="theta*, the pretrained model to compare with (default: a run's model.name_or_path; a model name is its own).")] = None,
-    probes: Annotated[Optional[str], typer.Option(help=f"Comma-separated probes: {', '.join(PROBE_NAMES)} (lm, kl and choice: a causal LM's; default: {','.join(DEFAULT_PROBES)}).", show_default=False)] = None,
+    probes: Annotated[Optional[str], typer.Option(help=f"Comma-separated probes: {', '.join(probe_names(strict=False))} (lm, kl and choice: a causal LM's; default: {','.join(DEFAULT_PROBES)}).", show_default=False)] = None,
     texts: Annotated[Optional[Path], typer.Option(help="Probe sentences, one a line (default: data/probe/texts.txt).")] = None,
     pairs: Annotated[Optional[Path], typer.Option(help="STS pairs: .tsv/.csv/.jsonl with sentence1, sentence2, score (default: data/glue/STS-B/dev.tsv).")] = None,
     choices: Annotated[Optional[Path], typer.Option(help="The choice probe's items: JSONL of prompt, choices, answer (default: data/probe/lm_choice.jsonl).")] = None,
-    num_texts: Annotated[Optional[int], typer.Option(min=4, help="First N probe sentences (default: all).")] = None,
-    num_pairs: Annotated[Optional[int], typer.Option(min=3, help="A fixed seeded sample of N pairs (default: all).")] = None,
-    max_length: Annotated[Optional[int], typer.Option(min=8, help="Tokens per sentence (default: 128).", show_default=False)] = None,
-    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    num_texts: Annotated[Optional[int], typer.Option(min=0, help=f"First N probe sentences, 0: all (default: {PROBE_NUM_TEXTS}, a run's own).", show_default=False)] = None,
+    num_pairs: Annotated[Optional[int], typer.Option(min=0, help="A fixed seeded sample of N pairs, 0: all (default: all, a run's own).", show_default=False)] = None,
+    max_length: Annotated[Optional[int], typer.Option(min=8, help=f"Tokens per sentence (default: {PROBE_MAX_LENGTH}, a run's own).", show_default=False)] = None,
+    batch_size: Annotated[int, typer.Option(min=1)] = PROBE_BATCH_SIZE,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:

@@ -90,9 +90,10 @@ def sweep(
 
         target = out if out is not None else Path("runs") / f"sweep_{recipe.stem}"
         if backend is Backend.ray:  # before planning: a missing Ray or a bad share is one line in a second
-            from ..sweep.on_ray import check_resources, import_ray
+            from ..sweep.on_ray import check_address, check_resources, import_ray
 
             check_resources(gpus_per_cell, cpus_per_cell)
+            check_address(address)
             import_ray()
             if jobs != 1:
                 fail("--jobs is the local backend's; with --backend ray, Ray runs as many cells at once as "
@@ -109,13 +110,14 @@ def sweep(
                 typer.echo(line)
             return
         preflight_first_cell(plan)  # a problem every cell shares: one line now, nothing made
-        typer.echo(f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})")
+        start = f"sweep: {len(plan.cells)} cells under {target} (index: {target / 'sweep.json'})"
         try:
-            if backend is Backend.ray:
+            if backend is Backend.ray:  # said once Ray is up and the cells fit it: a refusal before is its line alone
                 from ..sweep.on_ray import run_sweep_ray
 
-                failed = run_sweep_ray(plan, address, gpus_per_cell, cpus_per_cell, echo=typer.echo)
+                failed = run_sweep_ray(plan, address, gpus_per_cell, cpus_per_cell, echo=typer.echo, announce=start)
             else:
+                typer.echo(start)
                 failed = run_sweep(plan, jobs=jobs, echo=typer.echo)
         except KeyboardInterrupt as stop:
             typer.echo("interrupted: run the same recall sweep command again to resume", err=True)

@@ -10,8 +10,9 @@
     engine.py          the layer-by-layer loop and the output folders
 
 A method is a class in its own file that declares its ``options`` and ``build``s itself from the
-opened models and their values (base.MethodSpec); ``METHODS`` lists them, and `recall merge` shows
-every option they declare. Adding a method is its file and one entry in ``METHODS`` (methods.py).
+opened models and their values (base.MethodSpec) and registers itself (plugins/merges.py's register_merge);
+``METHODS`` lists them, and `recall merge` shows every option they declare. Adding a method is its file (in
+recall, or in a package of yours named in the entry-point group ``recall_cli.merge``).
 
 ``run_merge`` is the whole `recall merge` (the command and benchmarks/merge_memory.py call it).
 Importing this package is torch-free (`recall --help` reads the options); the engine comes with
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DeviceError, ExitCode, MergeError
 from .base import MergeMethod, MethodSpec, Option
-from .methods import METHODS
+from ..plugins.merges import merges
 
 if TYPE_CHECKING:
     from .engine import MergeResult
@@ -41,17 +42,18 @@ __all__ = [
 
 
 def method_spec(name: str) -> type[MethodSpec]:
-    if name not in METHODS:
-        raise MergeError(f"--method {name}: use one of {', '.join(METHODS)}")
-    return METHODS[name]
+    known = merges()
+    if name not in known:
+        raise MergeError(f"--method {name}: use one of {', '.join(known)}")
+    return known[name]
 
 
-def known_options() -> dict[str, Option]:
+def known_options(strict: bool = True) -> dict[str, Option]:
     """Every method's options by name, once each, in the registry's order, as `recall merge` shows
     them: one that several methods read (--base, --lambda) names them all, and each one's default
     where their defaults differ (then the command line's default is None: each method takes its own)."""
     readers: dict[str, list[tuple[type[MethodSpec], Option]]] = {}
-    for spec in METHODS.values():
+    for spec in merges(strict).values():
         for option in spec.options:
             readers.setdefault(option.name, []).append((spec, option))
     shown = {}
@@ -214,6 +216,8 @@ _LAZY = {"MERGE_RECORD": "engine", "MergeResult": "engine", "merge": "engine", "
 
 
 def __getattr__(name: str) -> Any:
+    if name == "METHODS":  # the registry's, read afresh (a plugin's method is in it)
+        return merges()
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

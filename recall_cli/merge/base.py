@@ -11,7 +11,7 @@ compare the N versions entry by entry, like TIES). A plain list of tensors works
 
 A method also says how it is built: its ``options`` (each an ``Option``: name, type, default, help,
 check) and ``build(sources, values, device=...)``, which returns the rule above and what merge.json
-records about it. The registry (``recall_cli.merge.METHODS``) lists the methods.
+records about it. The registry (plugins/merges.py) lists the methods.
 
 Torch-free to import, like every method file: the command line reads the options when it starts.
 """

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
+from ..plugins.merges import register_merge
 from .base import Option, Versions, finite
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def _roles(sources: list[Source]) -> tuple[Source, Source]:
         raise MergeError("--method intruders takes two models: a LoRA run (its checkpoint holds adapter/) and the "
                          f"pretrained model it was trained from; got {len(sources)}, {len(runs)} with an adapter")
     lora = runs[0]
-    config = json.loads((lora.folder / ADAPTER_DIR / "adapter_config.json").read_text(encoding="utf-8"))
+    config = read_adapter(lora)
     if config.get("peft_type") != "LORA":
         raise MergeError(f"{lora.arg}: its adapter is {config.get('peft_type')}, not LoRA: intruder reduction applies to "
                          "LoRA's low-rank update")
@@ -115,6 +116,49 @@ def _roles(sources: list[Source]) -> tuple[Source, Source]:
         raise MergeError(f"{lora.arg} was trained with DoRA (model.lora.use_dora): peft's intruder reduction factors the "
                          "low-rank update alone and would leave DoRA's magnitudes as they were")
     return lora, next(s for s in sources if s is not lora)
+
+
+def read_adapter(lora: Source) -> dict[str, Any]:
+    """adapter/'s config, once every part peft would read is known to be usable: the config a JSON object in
+    UTF-8 with a rank >= 1 and target_modules as a list of names, the weights a complete safetensors file. peft
+    would fail on each with its own exception (exit 1), print the whole model for a regex that matches nothing,
+    ask the hub for weights that are missing, and unpickle an adapter_model.bin."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = lora.folder / ADAPTER_DIR
+    path = folder / "adapter_config.json"
+    again = "copy the run's adapter/ again, or train the LoRA run again"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MergeError(f"{path}: not UTF-8 text (byte {exc.start}): {again}") from None
+    except ValueError as exc:
+        raise MergeError(f"{path}: not JSON ({exc}): {again}") from None
+    if not isinstance(config, dict):
+        raise MergeError(f"{path}: holds a JSON {type(config).__name__}, not the object peft writes: {again}")
+    if config.get("peft_type") != "LORA" or config.get("use_dora"):
+        return config  # _roles names either
+    rank = config.get("r")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise MergeError(f"{path}: r is {rank!r}, not a LoRA rank (a whole number >= 1): {again}")
+    targets = config.get("target_modules")
+    if not (isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)):
+        raise MergeError(f"{path}: target_modules is {json.dumps(targets)[:80]}, not a list of module names (a string "
+                         f"is a regular expression to peft; recall's LoRA runs write names): {again}")
+    weights = folder / "adapter_model.safetensors"
+    if not weights.is_file():
+        pickled = (folder / "adapter_model.bin").is_file()
+        raise MergeError(f"{weights} is missing" + (" (adapter_model.bin is a pickle, which recall does not load)"
+                                                    if pickled else "") + f": {again}")
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            for name in f.keys():
+                f.get_slice(name)
+    except (SafetensorError, OSError) as exc:
+        from ..model import unreadable_weights
+
+        raise MergeError(unreadable_weights(weights, exc)) from None
+    return config
 
 
 def _check_pretrained(lora: Source, theta: Source) -> None:
@@ -152,7 +196,12 @@ def _reduce(lora: Source, theta: Source, mitigation_lambda: float, top_k: int, e
     with torch.no_grad(), warnings.catch_warnings():
         # peft reads transformers' is_gradient_checkpointing, deprecated in transformers 5 (nothing to do here)
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        model = PeftModel.from_pretrained(base, str(lora.folder / ADAPTER_DIR))
+        try:
+            model = PeftModel.from_pretrained(base, str(lora.folder / ADAPTER_DIR))
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # read_adapter checked the files; what is left
+            reason = " ".join(str(exc).split())[:200]  # is an adapter of another model (peft's reason, its first words)
+            raise MergeError(f"intruders: {lora.arg}'s adapter/ does not load onto {theta.arg} ({reason}): merge the "
+                             "LoRA run with the model it was trained from") from None
         reduce_intruder_dimension(model, top_k=top_k, threshold_epsilon=epsilon, mitigation_lambda=mitigation_lambda,
                                   logging_sink=lines.append)
         state = model.merge_and_unload().state_dict()
@@ -167,3 +216,6 @@ def _reduce(lora: Source, theta: Source, mitigation_lambda: float, top_k: int, e
         raise MergeError(f"intruders: {lora.arg}'s adapter did not apply to {theta.arg} (no adapted layer, or other "
                          "tensor names): merge the LoRA run with the model it was trained from")
     return merged, found
+
+
+register_merge(IntruderReduction)

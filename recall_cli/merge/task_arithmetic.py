@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..plugins.merges import register_merge
 from .base import BASE, LAMBDA_HELP, Option, check_lambda
 
 if TYPE_CHECKING:
@@ -41,3 +42,6 @@ class TaskArithmetic:
 
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam}
+
+
+register_merge(TaskArithmetic)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MergeError
+from ..plugins.merges import register_merge
 from .base import BASE, LAMBDA_HELP, Option, Versions, as_versions, check_lambda, finite
 
 if TYPE_CHECKING:
@@ -134,3 +135,6 @@ class Ties:
 
     def describe(self) -> dict[str, Any]:
         return {"lambda": self.lam, "density": self.density}
+
+
+register_merge(Ties)

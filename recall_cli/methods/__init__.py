@@ -1,7 +1,8 @@
 """Ways to forget less that are not optimizers, one room each, all found through one registry.
 
-    registry.py   Method, MethodRun, Family, register_method, and the loops every stage runs over them
-    adapter.py    Adapter and Adapted: the interface an adapter (LoRA, another peft tuner) implements
+    registry.py   the old name of plugins/methods.py (Method, MethodRun, Family, register_method: the registry
+                  every stage loops over, on the ground floor with its loader)
+    adapter.py    the old name of plugins/adapter.py (Adapter and Adapted: what an adapter implements)
     keep/         the embedding anchor: a loss term keeping the pooled sentence embedding near theta*'s
     lpft/         LP-FT: the head alone first (encoder frozen), then everything
     lora/         low-rank adapters through peft, merged into plain checkpoints
@@ -13,8 +14,8 @@ A method outside recall plugs in through the entry-point group ``recall_cli.meth
 
 from __future__ import annotations
 
-from .adapter import Adapted, Adapter
-from .registry import (ENTRY_POINT_GROUP, Family, Method, MethodRun, active, active_adapter, get, labels, methods,
+from ..plugins.adapter import Adapted, Adapter
+from ..plugins.methods import (ENTRY_POINT_GROUP, Family, Method, MethodRun, active, active_adapter, get, labels, methods,
                        register_method, summary_block, unregister_method)
 
 __all__ = ["ENTRY_POINT_GROUP", "Adapted", "Adapter", "Family", "Method", "MethodRun", "active", "active_adapter",

@@ -23,6 +23,7 @@ MODES = ("decoupled", "coupled")
 _FOREACH_DEVICES = ("cuda", "xpu")
 # Devices with a fused Adam kernel that this optimizer has been checked against.
 _FUSED_DEVICES = ("cpu", "cuda")
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 class RecAdam(Optimizer):
@@ -56,6 +57,12 @@ class RecAdam(Optimizer):
     Adam's moments and the step is the ordinary Adam step (with anneal_w = 1 this is exactly
     ``lambda * g + (1 - lambda) * gamma * (theta - theta*)``).
 
+    A bfloat16 or float16 parameter is updated through an fp32 master copy (``self.state[p]["master"]``,
+    with fp32 moments): its gradient is read in fp32, the rule above runs on the master, and the parameter
+    is set to the master rounded. Without it an update below half a unit in the last place of a weight
+    (bf16 keeps 8 bits: lr 2e-5 against weights of ~0.05 is below it) rounds away (docs/scaling.md
+    measures it); ``master_weights=False`` updates the 16-bit parameters in place, moments in their dtype.
+
     Anchors live in ``self.state[p]["anchor"]`` so they follow their parameter's device, but
     ``state_dict()`` leaves them out: theta* is saved once per run by the trainer, and a resumed
     optimizer is built with its anchors again before ``load_state_dict``.
@@ -70,6 +77,7 @@ class RecAdam(Optimizer):
         mode: "decoupled" (RecAdam) or "coupled" (the ablation).
         anchor_dtype: dtype in which theta* is kept; default float32 (float64 for float64
             parameters). ``torch.bfloat16`` halves the extra memory.
+        master_weights: keep fp32 master copies of 16-bit parameters (the default; see above).
         foreach: use the multi-tensor kernel (True) or the one-tensor-at-a-time kernel (False).
         fused: run the Adam part through torch's fused Adam kernel (``torch._fused_adam_``, one pass
             over theta, g, m, v), then the pull toward theta* and the weight decay as separate passes.
@@ -99,11 +107,13 @@ class RecAdam(Optimizer):
         recall_floor: float = 0.0,
         mode: str = "decoupled",
         anchor_dtype: torch.dtype | None = None,
+        master_weights: bool = True,
         foreach: bool | None = None,
         fused: bool | None = None,
     ) -> None:
         if fused and foreach:
             raise ValueError("choose one of fused=True and foreach=True")
+        self._master_weights = master_weights
         # add_param_group runs inside Optimizer.__init__ and needs this option already.
         self._anchor_dtype = anchor_dtype
         defaults = dict(
@@ -180,6 +190,18 @@ class RecAdam(Optimizer):
         super().load_state_dict(state_dict)
         for p, anchor in theta_star.items():
             self.state[p]["anchor"] = anchor
+        # torch casts every state tensor to its parameter's dtype: a 16-bit parameter's fp32 master and
+        # moments are put back as they were saved, or a resume would round them.
+        # saved keys as torch matches them: the saved groups' ids (or names) in order against the parameters
+        params = dict(zip((key for group in state_dict["param_groups"] for key in group["params"]),
+                          (p for group in self.param_groups for p in group["params"])))
+        for key, saved in state_dict["state"].items():
+            p = params[key]
+            if "master" not in saved:
+                continue
+            for key in ("master", "exp_avg", "exp_avg_sq"):
+                if key in saved and saved[key].dtype == torch.float32:
+                    self.state[p][key] = saved[key].to(device=p.device, copy=True)
 
     def anchored(self) -> Iterator[tuple[Tensor, Tensor]]:
         """(parameter, anchor) pairs of every parameter that is pulled toward theta*."""
@@ -230,6 +252,8 @@ class RecAdam(Optimizer):
             exp_avg_sqs: list[Tensor] = []
             theta_star: list[Tensor | None] = []
             steps: list[int] = []
+            halves: list[Tensor] = []  # 16-bit parameters, set from their fp32 masters after the update
+            masters: list[Tensor] = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -238,15 +262,22 @@ class RecAdam(Optimizer):
                 state = self.state[p]
                 if "step" not in state:
                     state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    if self._master_weights and p.dtype in _HALF_DTYPES:
+                        state["master"] = p.detach().to(torch.float32, copy=True)
+                    like = state.get("master", p)
+                    state["exp_avg"] = torch.zeros_like(like, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(like, memory_format=torch.preserve_format)
+                master = state.get("master")
+                if master is not None:
+                    halves.append(p)
+                    masters.append(master)
                 anchor = state.get("anchor")
                 if anchor is not None and anchor.device != p.device:
                     # The model moved after the optimizer was built: move theta* once, lazily.
                     anchor = state["anchor"] = anchor.to(p.device)
                 state["step"] += 1
-                params.append(p)
-                grads.append(p.grad)
+                params.append(p if master is None else master)
+                grads.append(p.grad if master is None else p.grad.to(torch.float32))
                 exp_avgs.append(state["exp_avg"])
                 exp_avg_sqs.append(state["exp_avg_sq"])
                 theta_star.append(anchor)
@@ -272,6 +303,8 @@ class RecAdam(Optimizer):
                 recall=RecallSchedule.of(group),
                 mode=group["mode"],
             )
+            for p, master in zip(halves, masters):
+                p.copy_(master)
         return loss
 
 

@@ -59,5 +59,20 @@ def lm_record(mine: dict[str, Any], ref: dict[str, Any], probes: list[str]) -> d
     return record
 
 
+def lm_note(mine: dict[str, Any], ref: dict[str, Any], probes: list[str]) -> str | None:
+    """Why the lm/kl fields are null when they are: a side whose next-token outputs hold NaN/inf (diverged
+    weights), named, so that a null is never read as "nothing to say"."""
+    def finite(side: dict[str, Any]) -> bool:
+        return math.isfinite(side["nll"]) and (side["midpoints"] is None or bool(torch.isfinite(side["midpoints"]).all()))
+
+    sides = [name for name, side in (("the model's", mine), ("θ*'s", ref)) if not finite(side)]
+    if not sides:
+        return None
+    shown = [p for p in ("lm", "kl") if p in probes]
+    fields = " and ".join({"lm": "lm_kept", "kl": "kl"}[p] for p in shown)
+    return (f"{', '.join(shown)}: {' and '.join(sides)} next-token outputs are NaN/inf (diverged weights), so "
+            f"{fields} {'are' if len(shown) > 1 else 'is'} null: probe a checkpoint from before the divergence")
+
+
 def _exp(loss: float) -> float:
     return math.exp(loss) if loss < 700 else math.inf

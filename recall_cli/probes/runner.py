@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import names
 from . import measures
 from ..errors import ProbeError
-from .choice import ChoiceBatches, ChoiceSet, choice_record, choice_side, load_choices
-from .lm import has_lm_head, lm_record, lm_side
+from ..plugins.probes import probes as registered
+from .choice import ChoiceBatches, ChoiceSet, load_choices
+from .lm import has_lm_head
 from .sets import DEFAULT_LM_TEXTS, PairSet, load_pairs, load_texts
 
 MASK_RATE = 0.15
@@ -52,12 +52,13 @@ class ProbeInputs:
 
 def load_inputs(probes: list[str], texts_file: str | None, pairs_file: str | None, num_texts: int | None,
                 num_pairs: int | None, choices_file: str | None = None) -> ProbeInputs:
-    unknown = [p for p in probes if p not in names.PROBE_NAMES]
+    known = registered()
+    unknown = [p for p in probes if p not in known]
     if unknown:
-        raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(names.PROBE_NAMES)}")
+        raise ProbeError(f"unknown probe {unknown[0]!r}: choose from {', '.join(known)}")
     check_size("--num-texts", num_texts, 4, optional=True)
     check_size("--num-pairs", num_pairs, 3, optional=True)
-    reads = {names.PROBES[p].reads for p in probes}
+    reads = {known[p].reads for p in probes}
     texts = load_texts(texts_file, num_texts) if "texts" in reads else []
     pairs = load_pairs(pairs_file, num_pairs) if "pairs" in reads else None
     lm_texts = load_texts(texts_file or DEFAULT_LM_TEXTS, num_texts) if "lm_texts" in reads else []
@@ -73,7 +74,8 @@ def input_names(probes: list[str], texts_file: str | None, pairs_file: str | Non
     """What ``probes`` read, in words: "the default texts and the default STS pairs", a user's file by its path."""
     named = {"texts": texts_file or "the default texts", "pairs": pairs_file or "the default STS pairs",
              "lm_texts": texts_file or "the default LM prose", "choices": choices_file or "the default choice items"}
-    reads = [named[names.PROBES[p].reads] for p in probes if p in names.PROBES]
+    known = registered()
+    reads = [named[known[p].reads] for p in probes if p in known]
     parts = list(dict.fromkeys(reads))
     return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts) or "nothing"
 
@@ -182,14 +184,23 @@ def load_mlm_head(name_or_path: str, trust_remote_code: bool = False) -> tuple[t
 
 
 class Prober:
-    """Probe inputs and θ*'s side, computed once; ``measure(model)`` for each θ."""
+    """Probe inputs and θ*'s side, computed once; ``measure(model)`` for each θ. Every probe is an entry of the
+    registry (plugins/probes.py), asked in its order to prepare, to measure a model's side and to write its
+    fields; the runner batches the inputs they read and names none of them.
+
+    ``source``: θ*'s name_or_path and trust_remote_code, for a probe that loads more of θ* than the model
+    (the mlm probe's masked-LM head, unless ``mlm_head`` is given)."""
 
     def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, theta_star: torch.nn.Module,
                  device: torch.device, *, max_length: int = 64, batch_size: int = 64,
-                 mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None):
-        self.probes = [p for p in names.PROBE_NAMES if p in probes]
+                 mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None,
+                 source: tuple[str, bool] | None = None):
+        known = registered()
+        self.probes = [p for p in known if p in probes]
         self.notes = list(inputs.notes)
         self.device = device
+        self.tokenizer, self.max_length, self.batch_size = tokenizer, max_length, batch_size
+        self.mlm_head, self.mlm_note, self.source = mlm_head, mlm_note, source
         self.texts = _Batches(tokenizer, inputs.texts, max_length, batch_size) if inputs.texts else None
         self.pairs = inputs.pairs
         # the sentences the probes read: the encoder's texts, else a causal LM's prose
@@ -201,84 +212,57 @@ class Prober:
             self._pair_index = (torch.tensor([where[s] for s in self.pairs.first]),
                                 torch.tensor([where[s] for s in self.pairs.second]))
             self.sentences = _Batches(tokenizer, unique, max_length, batch_size)
-        if "mlm" in self.probes:
-            if mlm_head is None:
-                self.notes.append(mlm_note or "mlm: skipped, no masked-LM head")
-                self.probes.remove("mlm")
-            elif tokenizer.mask_token_id is None:
-                self.notes.append("mlm: skipped, the tokenizer has no mask token")
-                self.probes.remove("mlm")
-            else:
-                self.mlm_head = copy.deepcopy(mlm_head).to(device).eval()  # θ*'s head, never trained
-                self.masked = _masked_batches(self.texts, tokenizer)
-        causal = [p for p in names.CAUSAL_PROBES if p in self.probes]
+        self._prepare([p for p in self.probes if not known[p].causal], known)
+        causal = [p for p in self.probes if known[p].causal]
         if causal and not has_lm_head(theta_star):
             self.notes.append(f"{', '.join(causal)}: skipped, {type(theta_star).__name__} is not a causal LM")
             self.probes = [p for p in self.probes if p not in causal]
-        if "lm" in self.probes or "kl" in self.probes:
+        reads = {known[p].reads for p in self.probes}
+        if "lm_texts" in reads:
             self.lm_texts = _Batches(tokenizer, inputs.lm_texts, max_length, batch_size)
-        self.n_choices = len(inputs.choices) if "choice" in self.probes else 0
+        self.n_choices = len(inputs.choices) if "choices" in reads else 0
         if self.n_choices:
             self.choices = ChoiceBatches(tokenizer, inputs.choices, max_length, batch_size)
+        self._prepare([p for p in self.probes if known[p].causal], known)
+        self.entries = {p: known[p] for p in self.probes}
         self.ref = self._features(theta_star)
+
+    def _prepare(self, names: list[str], known: dict[str, Any]) -> None:
+        for name in names:
+            note = known[name].prepare(self)
+            if note:
+                self.notes.append(note)
+                self.probes.remove(name)
 
     # ---- one model's side ----
 
+    def shared(self, key: str, compute) -> Any:
+        """What several probes read of one model (the pooled layers), computed once per model."""
+        if key not in self._shared:
+            self._shared[key] = compute()
+        return self._shared[key]
+
     @torch.no_grad()
     def _features(self, model: torch.nn.Module) -> dict[str, Any]:
-        encoder = encoder_of(model)
-        with evaluating(encoder):
-            feats: dict[str, Any] = {}
-            if self.texts is not None and any(p in self.probes for p in ("cka", "drift")):
-                feats["layers"] = pooled_layers(encoder, self.texts, self.device, last_only="cka" not in self.probes)
-            if "sts" in self.probes:
-                emb = pooled_layers(encoder, self.sentences, self.device, last_only=True)[-1]
-                cos = measures.pair_cosines(emb[self._pair_index[0]], emb[self._pair_index[1]])
-                feats["sts"] = measures.spearman(cos, self.pairs.gold)
-            if "mlm" in self.probes:
-                feats["mlm"] = self._mlm_loss(encoder)
-        if "lm" in self.probes or "kl" in self.probes:
-            with evaluating(model):
-                feats["lm"] = lm_side(model, self.lm_texts, self.device)
-        if "choice" in self.probes:
-            with evaluating(model):
-                feats["choice"] = choice_side(model, self.choices, self.device)
-        return feats
-
-    def _mlm_loss(self, encoder: torch.nn.Module) -> float:
-        total, count = 0.0, 0
-        for ids, mask, targets in self.masked:
-            hidden = encoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
-            chosen = targets.to(self.device) != -100
-            logits = self.mlm_head(hidden[chosen].float())
-            total += float(torch.nn.functional.cross_entropy(logits.float(), targets.to(self.device)[chosen], reduction="sum"))
-            count += int(chosen.sum())
-        return total / max(count, 1)
+        self._shared: dict[str, Any] = {}
+        try:
+            return {name: self.entries[name].side(self, model) for name in self.probes}
+        finally:
+            self._shared = {}
 
     def measure(self, model: torch.nn.Module) -> dict[str, Any]:
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # a measurement leaves the training's random stream alone
             mine = self._features(model)
         record: dict[str, Any] = {}
-        if "cka" in self.probes:
-            pairs = list(zip(mine["layers"], self.ref["layers"]))
-            record["cka"] = measures.linear_cka(*pairs[-1])
-            record["cka_debiased"] = measures.debiased_cka(*pairs[-1])
-            record["cka_layers"] = [measures.linear_cka(a, b) for a, b in pairs]
-            record["cka_debiased_layers"] = [measures.debiased_cka(a, b) for a, b in pairs]
-        if "drift" in self.probes:
-            record["drift"] = measures.drift(mine["layers"][-1], self.ref["layers"][-1])
-        if "sts" in self.probes:
-            record["sts"], record["sts_ref"] = mine["sts"], self.ref["sts"]
-            record["sts_retained"] = _ratio(mine["sts"], self.ref["sts"])
-            record["sts_pairs"] = len(self.pairs)  # how many pairs the number rests on (records before it: 256)
-        if "mlm" in self.probes:
-            record["mlm_loss"], record["mlm_loss_ref"] = mine["mlm"], self.ref["mlm"]
-            record["mlm_ratio"] = _ratio(mine["mlm"], self.ref["mlm"])
-        if "lm" in mine:
-            record.update(lm_record(mine["lm"], self.ref["lm"], self.probes))
-        if "choice" in mine:
-            record.update(choice_record(mine["choice"], self.ref["choice"], self.choices.items))
+        notes: list[str] = []
+        for name in self.probes:
+            entry_record = self.entries[name].record(self, mine[name], self.ref[name])
+            # an entry's notes are about this θ alone (lm and kl share theirs): the callers add them to the prober's
+            notes += [n for n in entry_record.pop("notes", []) if n not in notes]
+            record.update(entry_record)
+        if notes:
+            record["notes"] = notes
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
         return record
 
@@ -329,9 +313,8 @@ def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor]
     # Building the MLM model initialises weights (a head the checkpoint lacks): keep the run's random
     # stream untouched, so that a run trains the same with probes on or off.
     with torch.random.fork_rng(devices=[]), weights_loaded(model, theta_star):
-        head, note = load_mlm_head(recipe.model.name_or_path, recipe.model.trust_remote_code) if "mlm" in cfg.probes else (None, None)
         return Prober(list(cfg.probes), inputs, tokenizer, model, device, max_length=cfg.max_length,
-                      batch_size=cfg.batch_size, mlm_head=head, mlm_note=note)
+                      batch_size=cfg.batch_size, source=(recipe.model.name_or_path, recipe.model.trust_remote_code))
 
 
 def task_sentences(task_cfg) -> list[str]:
@@ -347,4 +330,6 @@ def task_sentences(task_cfg) -> list[str]:
 
 def record_at(prober: Prober, model: torch.nn.Module, step: int) -> dict[str, Any]:
     """A metrics.jsonl line: {"step": s, "split": "probe", one field per measure}."""
-    return {"step": step, "split": "probe", **prober.measure(model)}
+    record = prober.measure(model)
+    record.pop("notes", None)  # metrics.jsonl holds numbers; a run whose weights went NaN stopped before its probe
+    return {"step": step, "split": "probe", **record}

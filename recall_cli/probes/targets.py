@@ -16,7 +16,7 @@ import torch
 from ..model import model_location, position_limit
 from ..names import DEFAULT_PROBES
 from ..recipe.schema import ProbeConfig
-from .runner import Prober, check_size, load_inputs, load_mlm_head
+from .runner import Prober, check_size, load_inputs
 from ..errors import ProbeError
 
 
@@ -54,6 +54,7 @@ def resolve_target(text: str, against: str | None = None) -> Target:
 # measured so, and the same settings give the same numbers (tests/test_lm_choice.py).
 FROM_RUNS = ("probes", "texts_file", "pairs_file", "choices_file", "num_texts", "num_pairs", "max_length")
 _PROBE_DEFAULTS = {key: value for key, value in asdict(ProbeConfig()).items() if key in FROM_RUNS}
+_PROBE_BATCH = ProbeConfig().batch_size
 
 
 def run_settings(resolved: list[Target]) -> dict[str, Any]:
@@ -77,11 +78,13 @@ def _fits(key: str, value: Any) -> bool:
 
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str] | None, texts_file: str | None = None,
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
-                  max_length: int | None = 128, batch_size: int = 64, device: str = "auto",
+                  max_length: int | None = None, batch_size: int = _PROBE_BATCH, device: str = "auto",
                   choices_file: str | None = None, from_runs: bool = False) -> list[dict[str, Any]]:
     """One record per target: {"target", "theta", "reference", measures..., "notes"}. ``from_runs``: a
     setting given as None is the targets' runs' own when they all share it (`recall probe` unless told),
-    else the command's default (the encoder's four probes, every sentence and pair, 128 tokens)."""
+    else a run's default probe section's (ProbeConfig: the encoder's four probes, the first 128 sentences,
+    every pair, 64 tokens), so that a model probed here and a run's record of it agree. ``num_texts`` or
+    ``num_pairs`` 0: all of them."""
     from ..model import load_tokenizer
     from ..runtime import resolve_device
 
@@ -93,9 +96,12 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     probes = probes if probes is not None else list(shared.get("probes") or DEFAULT_PROBES)
     texts_file, pairs_file = texts_file or shared.get("texts_file"), pairs_file or shared.get("pairs_file")
     choices_file = choices_file or shared.get("choices_file")
-    num_texts = num_texts if num_texts is not None else shared.get("num_texts")
-    num_pairs = num_pairs if num_pairs is not None else shared.get("num_pairs")
-    max_length = max_length if max_length is not None else shared.get("max_length", 128)
+    # Not given, not shared by the targets' runs: a run's default, the one setting (ProbeConfig) every
+    # probe of recall starts from. 0 asks for all (a recipe's null).
+    num_texts, num_pairs, max_length = (
+        given if given is not None else shared[key] if key in shared else _PROBE_DEFAULTS[key]
+        for key, given in (("num_texts", num_texts), ("num_pairs", num_pairs), ("max_length", max_length)))
+    num_texts, num_pairs = (None if n == 0 else n for n in (num_texts, num_pairs))
     check_size("--max-length", max_length, 8)
     check_size("--batch-size", batch_size, 1)
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs, choices_file)
@@ -108,10 +114,11 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
             theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev)
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta)
+            own = record.pop("notes", [])
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs,
                                     **({"choices": prober.n_choices} if prober.n_choices else {}), **record,
-                                    "notes": list(prober.notes) + ([_taken_note(taken, shared)] if taken else [])}
+                                    "notes": list(prober.notes) + own + ([_taken_note(taken, shared)] if taken else [])}
             del theta
         del ref_model, prober
         if dev.type == "cuda":
@@ -130,9 +137,8 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
         shown = option.rstrip("= ")
         raise ProbeError(f"{shown} {max_length} is more than the {limit} positions of θ* {theta_star}: "
                          f"use {option}{limit} or less")
-    head, note = load_mlm_head(theta_star, trust_remote_code) if "mlm" in probes else (None, None)
     prober = Prober(probes, inputs, tokenizer, ref_model, device, max_length=max_length, batch_size=batch_size,
-                    mlm_head=head, mlm_note=note)
+                    source=(theta_star, trust_remote_code))
     return prober, ref_model
 
 
@@ -140,10 +146,11 @@ def load_probed(name: str, probes: list[str], trust_remote_code: bool = False) -
     """The model a probe reads: the bare encoder, or with a causal LM's probes (lm, kl, choice) the whole
     causal LM (its base model serves the encoder's probes)."""
     from ..model import load_checkpoint_model, load_encoder
-    from ..names import CAUSAL_PROBES, custom_lm_task
+    from ..names import custom_lm_task
+    from ..plugins.probes import causal_probes
     from ..tasks import task_type_for
 
-    if any(p in CAUSAL_PROBES for p in probes):
+    if any(p in causal_probes() for p in probes):
         return load_checkpoint_model(name, task_type_for(custom_lm_task()), trust_remote_code)
     return load_encoder(name, trust_remote_code)
 

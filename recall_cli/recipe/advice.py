@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..methods.registry import Method
 from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
+from ..plugins.methods import Method
 from .schema import OptimizerConfig, Recipe
 
 # What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the

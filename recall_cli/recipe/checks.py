@@ -1,14 +1,17 @@
 """A recipe's checks across fields: every problem of a built recipe, each one line naming the key and
 the fix, reported at once (build.build_recipe calls check_recipe). Each method's keys are checked in its
-own room (methods/registry.py's check loops over them)."""
+own room (plugins/methods.py's check loops over them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..methods.registry import check as check_methods
-from ..names import GLUE_TASK_NAMES, LM_TASKS, OPTIMIZERS, PROBE_NAMES, TRACKERS
+from ..plugins.methods import check as check_methods
+from ..plugins.tasks import files_tasks
+from ..plugins.trackers import trackers
+from ..names import GLUE_TASK_NAMES, LM_TASKS, OPTIMIZERS
+from ..plugins.probes import probe_names
 
 if TYPE_CHECKING:
     from .schema import OptimizerConfig, ProbeConfig, Recipe, TaskConfig
@@ -50,9 +53,10 @@ def check_recipe(recipe: Recipe, check_files: bool = True) -> list[str]:
     need(t.pad_to_multiple_of is None or 1 <= t.pad_to_multiple_of <= t.max_seq_length,
          f"task.pad_to_multiple_of: must be in [1, max_seq_length = {t.max_seq_length}] or null (dynamic padding), "
          f"got {t.pad_to_multiple_of}")
-    unknown = [name for name in tr.report_to if name not in TRACKERS]
+    known = trackers()
+    unknown = [name for name in tr.report_to if name not in known]
     need(not unknown, f"train.report_to: unknown tracker {', '.join(map(repr, unknown))} "
-         f"(choose from {', '.join(TRACKERS)}, or none)")
+         f"(choose from {', '.join(known)}, or none)")
     need(tr.max_grad_norm >= 0, f"train.max_grad_norm: must be >= 0 (0 disables clipping), got {tr.max_grad_norm}")
     # numpy and torch seed with 32 bits: a larger seed fails deep inside them, or wraps silently.
     need(0 <= tr.seed < 2**32, f"train.seed: must be in [0, 2^32), got {tr.seed}")
@@ -74,14 +78,19 @@ def _collector() -> tuple[list[str], Any]:
 
 def _check_task(t: TaskConfig, check_files: bool) -> list[str]:
     problems, need = _collector()
-    need(t.name in GLUE_TASK_NAMES or t.name in LM_TASKS or t.name in ("custom", "custom_lm"),
+    plugins = files_tasks()  # task types of installed packages: their own files' task.name
+    need(t.name in GLUE_TASK_NAMES or t.name in LM_TASKS or t.name in ("custom", "custom_lm") or t.name in plugins,
          f"task.name: unknown task '{t.name}' (GLUE: {', '.join(GLUE_TASK_NAMES)}; causal LM: {', '.join(LM_TASKS)}; "
-         "or 'custom' / 'custom_lm' with train_file/dev_file)")
+         f"or 'custom' / 'custom_lm'{''.join(f' / {n!r}' for n in plugins)} with train_file/dev_file)")
     need(t.max_seq_length >= 8, f"task.max_seq_length: must be >= 8, got {t.max_seq_length}")
     for key in ("max_train_examples", "max_eval_examples"):
         value = getattr(t, key)
         need(value is None or value >= 1, f"task.{key}: must be >= 1 or null, got {value}")
-    if t.name == "custom":
+    cap = t.max_holdout_examples
+    need(cap is None or (isinstance(cap, int) and cap >= 2), f"task.max_holdout_examples: must be >= 2 or null (all), got {cap}")
+    need(cap is None or t.holdout > 0, "task.max_holdout_examples: caps the holdout's rows; set task.holdout too "
+                                       "(e.g. task.holdout=0.1), or drop it")
+    if t.name == "custom" or t.name in plugins:
         for key in ("train_file", "dev_file", "text_fields", "label_field", "num_labels"):
             need(getattr(t, key) is not None, f"task.{key}: required for a custom task")
         if t.text_fields is not None:
@@ -141,8 +150,9 @@ def _check_optimizer(o: OptimizerConfig) -> list[str]:
 
 
 def _check_probe(p: ProbeConfig, check_files: bool) -> list[str]:
-    problems = [f"probe.probes: unknown probe '{name}' (choose from {', '.join(PROBE_NAMES)})"
-                for name in p.probes if name not in PROBE_NAMES]
+    known = probe_names()
+    problems = [f"probe.probes: unknown probe '{name}' (choose from {', '.join(known)})"
+                for name in p.probes if name not in known]
     for key in ("num_texts", "num_pairs"):
         value = getattr(p, key)
         if value is not None and value < 4:

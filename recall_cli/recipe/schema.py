@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import yaml
 
-from ..names import ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES
+from ..names import (ANNEAL_FUNCTION_NAMES, DEFAULT_PROBES, OPTIMIZER_NAMES, PROBE_BATCH_SIZE, PROBE_MAX_LENGTH,
+                     PROBE_NUM_PAIRS, PROBE_NUM_TEXTS)
 
 
 # Keys that config.yaml records only when they are set away from their default: added after runs were
@@ -64,6 +65,11 @@ class ModelConfig:
     gguf_file: str | None = field(default=None, metadata=WHEN_SET)  # a GGUF file in the name_or_path folder (needs gguf)
     init: Literal["pretrained", "random"] = "pretrained"  # PI or RI
     anchor_dtype: Literal["float32", "bfloat16"] = "float32"  # how RecAdam keeps theta*
+    # The dtype the weights are loaded and kept in: fp32 (the default: fp32 weights, autocast computes in
+    # train.precision), bf16 or fp16 (half the bytes a weight; the optimizer keeps fp32 master weights and fp32
+    # Adam moments of those that train: docs/scaling.md), or auto (the checkpoint's own: config.json's dtype,
+    # a GGUF file's tensor type; fp32 where it names none). fp16 needs CUDA.
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = field(default="fp32", metadata=WHEN_SET)
     trust_remote_code: bool = False
     # The classification head of a checkpoint that already has one: "auto" starts a fresh head when the
     # checkpoint is a fine-tuned classifier (its task's head is no prior for this task), "keep" loads it
@@ -94,6 +100,10 @@ class TaskConfig:
     # the same rows) to evaluate on during training and choose best/ by; the dev split is then scored
     # once at the end, as a test set. 0 = off: evaluations and best/ use the dev split.
     holdout: float = 0.0
+    # Score at most N of the held-out rows at each evaluation: a stratified sample, fixed as the holdout is
+    # (every run of the task scores the same rows), so that the chooser stays honest and cheap; the rest
+    # stay out of training. null = all of them (SST-2 at 0.2: 13,470 rows an evaluation).
+    max_holdout_examples: int | None = field(default=None, metadata=WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class TrainConfig:
     # The step under torch.compile: auto compiles where it is measured faster (docs/speed.md), off
     # never, on always (exit 2 with the reason when it cannot).
     compile: Literal["auto", "off", "on"] = "auto"
-    # Experiment trackers that get every metrics.jsonl record (names.TRACKERS; the Trainer's names).
+    # Experiment trackers that get every metrics.jsonl record (plugins/trackers.py; the Trainer's names).
     report_to: list[str] = field(default_factory=list)
     seed: int = 42
     log_every: int = 10
@@ -141,6 +151,12 @@ class TrainConfig:
     # finished run (more steps or epochs). A run stopped before its end keeps everything, whatever this
     # says, so that --resume continues it; a run written before this key existed resumes as "all".
     save: Literal["all", "final"] = "final"
+    # Activation checkpointing (transformers' gradient_checkpointing_enable, non-reentrant): each layer's
+    # activations are recomputed in the backward pass instead of kept: one more forward pass a step (docs/scaling.md).
+    gradient_checkpointing: bool = field(default=False, metadata=WHEN_SET)
+    # How N processes under torchrun share the model: ddp (a full replica each) or fsdp (FSDP2's fully_shard per
+    # transformer block and the root: weights, gradients, Adam's moments and theta* each split over the ranks).
+    distributed: Literal["ddp", "fsdp"] = field(default="ddp", metadata=WHEN_SET)
     # LP-FT (Kumar et al. 2022): the first N steps train the head alone, the encoder frozen; the run
     # keeps that point as lp/. 0 = off.
     linear_probe_steps: int = 0
@@ -161,12 +177,12 @@ class ProbeConfig:
     pairs_file: str | None = None  # null: data/glue/STS-B/dev.tsv
     # The choice probe's items, JSONL of {"prompt", "choices", "answer"}; null: data/probe/lm_choice.jsonl
     choices_file: str | None = field(default=None, metadata=WHEN_SET)
-    num_texts: int | None = 128  # first N probe sentences; null = all
+    num_texts: int | None = PROBE_NUM_TEXTS  # first N probe sentences; null = all
     # A fixed seeded sample of N pairs; null = all 1,500, the default: a sample of 256 moves the kept skill by points,
     # enough to cross a bar (a probe on all of them costs ~4x: benchmarks/probe_cost.py).
-    num_pairs: int | None = None
-    max_length: int = 64  # tokens per probe sentence
-    batch_size: int = 64
+    num_pairs: int | None = PROBE_NUM_PAIRS
+    max_length: int = PROBE_MAX_LENGTH  # tokens per probe sentence
+    batch_size: int = PROBE_BATCH_SIZE
     every: int = 0  # 0: at each evaluation; N: every N steps (and the last)
 
 
@@ -209,7 +225,7 @@ class Recipe:
     # Runs written before the embedding anchor existed have no keep section: it is off.
     keep: KeepConfig = field(default_factory=KeepConfig)
     output_dir: str = "runs/run"
-    # The sections of method plugins (methods/registry.py), by section name: written in a recipe and in
+    # The sections of method plugins (plugins/methods.py), by section name: written in a recipe and in
     # config.yaml as top-level mappings beside keep, absent from both when no plugin has one.
     plugins: dict[str, Any] = field(default_factory=dict)
 
@@ -265,8 +281,8 @@ def all_keys() -> list[str]:
 
 
 def all_sections() -> dict[str, type]:
-    """recall's sections, then the method plugins' (methods/registry.py), name -> dataclass."""
-    from ..methods.registry import sections
+    """recall's sections, then the method plugins' (plugins/methods.py), name -> dataclass."""
+    from ..plugins.methods import sections
 
     return {**SECTIONS, **sections()}
 

@@ -50,9 +50,6 @@ from .runs import (
 )
 from .tables import (
     FORMATS,
-    LOWER_IS_BETTER,
-    PROBE_MEASURES,
-    RAW_MEASURES,
     markdown,
     notes,
     render,
@@ -70,3 +67,11 @@ __all__ = [
     "forgetting_groups", "forgetting_plain", "forgetting_rows", "forgetting_table", "group_label", "load_runs", "markdown", "notes",
     "read_run", "render", "resolve_key", "rich_table", "title", "to_csv", "to_records",
 ]
+
+
+def __getattr__(name: str):
+    if name in ("LOWER_IS_BETTER", "PROBE_MEASURES", "RAW_MEASURES"):  # the probes' (plugins too): read when asked
+        from . import tables
+
+        return getattr(tables, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ weakest to the strongest:
     wise   WiSE-FT's α, the fine-tuned model's weight in a linear merge with θ*; the fine-tuned runs
            themselves are α = 1 (a merge with weights 0, 1 is the run), so the line ends at them
     tau    RECALL's temperature τ (record.temperature)
-    and a method's own line where its registry entry has one (methods/registry.py's Family.line_title):
+    and a method's own line where its registry entry has one (plugins/methods.py's Family.line_title):
     keep   the embedding anchor's weight (keep.embeddings; the runs without it, weight 0, are the weakest)
 
 Pure functions of the settings: no figure, no file.
@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..merge.methods import METHODS as MERGE_METHODS
-from ..methods.registry import methods
+from ..plugins.merges import merges
+from ..plugins.methods import methods
 from ..names import INIT_TITLES, is_vanilla
 from .labels import METHOD_NAMES, _fmt_setting, group_label
 from .runs import NOT_INSTALLED, label_names
@@ -228,7 +228,8 @@ def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) 
     """The merge part of a scored record's name, its rank's kind and its strength (α, τ or 0)."""
     method = full.get("record.merge")
     others = full.get("record.with") or []
-    title = MERGE_METHODS[method].title if method in MERGE_METHODS else str(method)
+    known = merges()
+    title = known[method].title if method in known else str(method)
     tau = full.get("record.temperature")
     details = []
     if method == "recall":

@@ -10,11 +10,14 @@ on seed s removes what the seed alone did. For the seeds S both settings ran (n 
                  drawn with replacement, by numpy's default_rng(BOOTSTRAP_SEED); its ends are numpy's
                  default (linear) quantiles at (1 - level) / 2 and (1 + level) / 2
 
-With fewer than 2 shared seeds there is no interval (n/a, with a note saying why). The same seeds
-and the same generator give the same interval on every machine: the numbers in a committed table
-can be recomputed. With n = 5 there are only 5^5 = 3125 distinct resamples; the interval is coarse
-and, as every percentile bootstrap of a small sample, somewhat too narrow (Dodge et al. 2020 argue
-for more seeds; read an interval over 3 seeds as a range, not as a guarantee).
+With fewer than 2 shared seeds there is no interval (n/a, with a note saying why). With fewer than
+RANGE_BELOW (5) the interval is the range of the d_s, lowest to highest, and says so (kind "range"):
+a percentile bootstrap over 2 or 3 seeds is that range anyway (each end is drawn on more than 2.5 %
+of the resamples), and calling it a 95 % interval would claim what so few seeds cannot. The same
+seeds and the same generator give the same interval on every machine: the numbers in a committed
+table can be recomputed. With n = 5 there are only 5^5 = 3125 distinct resamples; the interval is
+coarse and, as every percentile bootstrap of a small sample, somewhat too narrow (Dodge et al. 2020
+argue for more seeds).
 
 Pure functions of numbers: compare (tables.py) and tradeoff (tradeoff.py) call them.
 """
@@ -29,6 +32,7 @@ from typing import Any
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 LEVEL = 0.95
+RANGE_BELOW = 5  # fewer shared seeds than this: the seeds' range, not a bootstrap interval (docstring)
 METHOD = "paired bootstrap over seeds: the mean of the per-seed differences, percentile interval"
 
 
@@ -43,6 +47,7 @@ class Interval:
     level: float = LEVEL
     resamples: int = RESAMPLES
     note: str | None = None  # why there is no interval
+    kind: str = "bootstrap"  # or "range": the lowest and highest per-seed difference (n < RANGE_BELOW)
 
     @property
     def n(self) -> int:
@@ -51,7 +56,7 @@ class Interval:
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "seeds": list(self.seeds), "difference": self.difference, "low": self.low,
                 "high": self.high, "level": self.level, "resamples": self.resamples, "bootstrap_seed": BOOTSTRAP_SEED,
-                "note": self.note}
+                "note": self.note, "kind": self.kind}
 
 
 def check_level(level: float) -> None:
@@ -82,10 +87,21 @@ def paired_interval(values: Mapping[Any, float], reference: Mapping[Any, float],
     if len(shared) < 2:
         return Interval(tuple(shared), difference, None, None, level, resamples,
                         f"1 seed in common with the reference (seed {shared[0]}): an interval needs 2 or more")
+    if len(shared) < RANGE_BELOW:
+        return Interval(tuple(shared), difference, float(d.min()), float(d.max()), level, resamples, kind="range")
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return Interval(tuple(shared), difference, float(low), float(high), level, resamples)
+
+
+def band_label(kinds: set[str], level: float = LEVEL) -> str:
+    """The name of a row or column of intervals: '95% CI', 'range' (every one over fewer than 5 seeds),
+    or both where a row mixes them."""
+    ci = f"{100 * level:g}% CI"
+    if kinds == {"range"}:
+        return "range"
+    return f"{ci} / range" if "range" in kinds else ci
 
 
 def _seed_order(seed: Any) -> tuple:

@@ -17,9 +17,9 @@ from .comparison import TASK_TITLES
 from .curves import CurveGroup
 from .families import family_colors, family_styles, family_title
 from .plots import FORMATS, _figure_title, _pyplot, legend_entries, outside_legend, save_figure
-from .probe_tables import SKILL_TITLES, final_layers, skill_field
+from .probe_tables import final_layers, skill_field, skill_titles
 from .runs import Run
-from .tables import LOWER_IS_BETTER
+from .tables import lower_is_better
 from .tradeoff import constant_scores, names_of, points, tasks_in_order, whole_recipes
 
 
@@ -50,7 +50,7 @@ def probe_figure(groups: list[CurveGroup], out: Path, dpi: int = 150) -> Path:
             ax_layers.plot(range(len(layers)), layers, style, color=color, label=label, marker="o", markersize=3)
     ax_dist.set_title("(a) distance to the pretrained weights")
     ax_dist.set_ylabel(r"$\|\theta - \theta^*\|_2$")
-    ax_skill.set_title(f"(b) {SKILL_TITLES.get(skill, 'retained skill (no STS/MLM probe)')}")
+    ax_skill.set_title(f"(b) {skill_titles().get(skill, 'retained skill (no STS/MLM probe)')}")
     ax_cka.set_title("(c) last-layer CKA with θ*")
     ax_cka.set_ylabel("linear CKA")
     ax_layers.set_title("(d) CKA with θ* per layer, last probe")
@@ -87,7 +87,7 @@ def mark_choice(ax, c: dict, x: str, y: str, sx: float, sy: float, frame: tuple[
     unit = "point" if c["within"] == 1 else "points"
     if c.get("select_on") != "holdout":
         best, within = c["best"][x] * sx, c["within"]  # W is in the axis' units: points, or raw
-        low, high = (best, best + within) if x in LOWER_IS_BETTER else (best - within, best)
+        low, high = (best, best + within) if x in lower_is_better() else (best - within, best)
         low, high = max(low, frame[0]), min(high, frame[1])  # a band wider than the frame is the frame
         ax.axvspan(low, high, color="#FFE08A", alpha=0.45, linewidth=0, zorder=0)
         extra.setdefault("band", Patch(color="#FFE08A", alpha=0.45, label=f"within {c['within']:g} {unit} of the best median"))

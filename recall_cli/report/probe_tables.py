@@ -15,15 +15,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReportError
-from ..names import PROBE_MEASURES, PROBES
+from ..plugins.probes import probe_measures, probes
 from .comparison import RUN_MEASURES
 from .labels import group_label
 from .curves import CurveGroup
 from .runs import Run, _finite, _key, differing_keys, resolve_key
 
 # The retained-skill curve: STS where the runs measured it, else the MLM loss ratio.
-SKILL_FIELDS = tuple(p.skill for p in PROBES.values() if p.skill)
-SKILL_TITLES = {p.skill: p.skill_title for p in PROBES.values() if p.skill}
+def skill_fields() -> tuple[str, ...]:
+    return tuple(p.skill for p in probes().values() if p.skill)
+
+
+def skill_titles() -> dict[str, str | None]:
+    return {p.skill: p.skill_title for p in probes().values() if p.skill}
 
 
 def has_probes(runs: list[Run]) -> bool:
@@ -31,7 +35,7 @@ def has_probes(runs: list[Run]) -> bool:
 
 
 def skill_field(runs: list[Run]) -> str | None:
-    for name in SKILL_FIELDS:
+    for name in skill_fields():
         if any(_finite(r.get(name)) for run in runs for r in run.probes):
             return name
     return None
@@ -229,7 +233,7 @@ def check_metrics(runs: list[Run], x: str, y: str) -> None:
                     if k not in ("step", "split", "data") and not isinstance(v, list)}
                    | {k for run in runs for k in RUN_MEASURES if k in (run.eval_at("final") or {})})
     for option, metric in (("--x", x), ("--y", y)):
-        if metric not in known and metric not in PROBE_MEASURES:
+        if metric not in known and metric not in probe_measures():
             close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ReportError(f"unknown {option} metric '{metric}'{hint}: these runs record {', '.join(known) or 'no metrics'}")

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ReportError
-from ..methods.registry import inert_keys
+from ..plugins.methods import inert_keys
 from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
 from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
 from ..scoring.records import RECORD_PATH_KEYS
@@ -67,7 +67,7 @@ LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
 
 
 def short_keys() -> dict[str, str]:
-    from ..methods.registry import key_aliases
+    from ..plugins.methods import key_aliases
 
     return {**SHORT_KEYS, **key_aliases()[0]}
 
@@ -235,7 +235,7 @@ MAX_WARNINGS = 3  # per metrics.jsonl: then a count
 def not_installed(summary: Summary | None, records: list[dict[str, Any]]) -> list[str]:
     """The methods a run turned on that the registry does not hold now: those summary.json's method block
     names, or for a run without one (unfinished) those whose loss term its training records log."""
-    from ..methods.registry import methods
+    from ..plugins.methods import methods
 
     if summary is not None:
         on = list((summary.method or {}).get("names") or [])

@@ -7,16 +7,33 @@ import io
 from typing import Any
 
 from ..errors import ReportError
-from ..names import MEASURE_WORDS, PROBE_MEASURES, PROBES
+from ..names import MEASURE_WORDS
+from ..plugins.probes import probe_measures, probes
 from ..rundir import dumps_strict
 from .comparison import RUN_MEASURES, TASK_TITLES, Comparison, Group
 from .labels import _fmt_setting
 
 FORMATS = ("table", "markdown", "csv", "json")
-# PROBE_MEASURES: the scalar fields of metrics.jsonl's probe records (names.PROBES), usable as --metric.
-# Shown as they are, not x100 like scores and ratios; and where smaller is better ("best" in a column).
-RAW_MEASURES = ("distance", "train_seconds", *(m for p in PROBES.values() for m in p.raw))
-LOWER_IS_BETTER = ("distance", "train_seconds", *(m for p in PROBES.values() for m in p.lower_is_better))
+
+
+# The probes' measures (plugins/probes.py; a plugin's too, so read when asked, not at import): the scalar
+# fields of metrics.jsonl's probe records, usable as --metric (probe_measures); those shown as they are, not
+# x100 like scores and ratios; and those where smaller is better ("best" in a column).
+def raw_measures() -> tuple[str, ...]:
+    return ("distance", "train_seconds", *(m for p in probes().values() for m in p.raw))
+
+
+def lower_is_better() -> tuple[str, ...]:
+    return ("distance", "train_seconds", *(m for p in probes().values() for m in p.lower_is_better))
+
+
+_READ_WHEN_ASKED = {"RAW_MEASURES": raw_measures, "LOWER_IS_BETTER": lower_is_better, "PROBE_MEASURES": probe_measures}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _READ_WHEN_ASKED:  # the names earlier versions offered
+        return _READ_WHEN_ASKED[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 LABELS = ("names", "keys")
@@ -75,13 +92,16 @@ def against_record(result: Comparison, group: Group, task: str) -> dict[str, Any
 def _diff(value: float | None, metric: str) -> str:
     if value is None:
         return "n/a"
-    if metric in RAW_MEASURES:
+    if metric in raw_measures():
         return f"{value:+.3g}"
     return f"{100 * value:+.1f}"
 
 
 def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any]]) -> list[list[tuple[str, bool]]]:
-    """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it."""
+    """Per metric, a "Δ metric" row (the mean paired difference) and a "95% CI" row under it ("range"
+    where its intervals are over fewer than 5 seeds: intervals.py)."""
+    from .intervals import band_label
+
     against = result.against
     if against is None or group is against.reference:
         return []
@@ -89,7 +109,8 @@ def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any
     for metric in against.metrics:
         shown = MEASURE_WORDS.get(metric, metric)
         diff: list[tuple[str, bool]] = [("", False), (f"Δ {shown}", False)]
-        band: list[tuple[str, bool]] = [("", False), (f"{100 * against.level:g}% CI", False)]
+        band: list[tuple[str, bool]] = [("", False), ("", False)]
+        kinds = set()
         for _, column in columns:
             interval = against.intervals.get((group.label, column, metric)) if isinstance(column, str) else None
             if not isinstance(column, str) or column not in group.cells:
@@ -99,9 +120,12 @@ def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any
                 diff.append(("n/a", False))
                 band.append(("n/a", False))
             else:
+                if interval.low is not None:
+                    kinds.add(interval.kind)
                 diff.append((_diff(interval.difference, metric), False))
                 band.append(("n/a" if interval.low is None else
                              f"[{_diff(interval.low, metric)}, {_diff(interval.high, metric)}]", False))
+        band[1] = (band_label(kinds or {"bootstrap"}, against.level), False)
         rows += [diff, band]
     return rows
 
@@ -109,7 +133,7 @@ def _against_rows(result: Comparison, group: Group, columns: list[tuple[str, Any
 def _pct(value: float | None, metric: str = "main") -> str:
     if value is None:
         return "–"
-    if metric in RAW_MEASURES:
+    if metric in raw_measures():
         return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return f"{100 * value:.1f}"
 
@@ -155,7 +179,7 @@ def _rows(result: Comparison, labels: str = "keys") -> tuple[list[str], list[lis
         for i, (_, column) in enumerate(columns):
             values = [v for g in result.groups if (v := _cell_text(result, g, stat, column)[1]) is not None]
             if len(values) > 1:  # a lone value is not "the best" of anything
-                best[(stat, i)] = min(values) if result.metric in LOWER_IS_BETTER else max(values)
+                best[(stat, i)] = min(values) if result.metric in lower_is_better() else max(values)
     header = ["", "" if len(stats) == 1 else "stat"] + [title for title, _ in columns]
     rows = []
     for group in result.groups:
@@ -181,9 +205,9 @@ def _label(group: Group, labels: str) -> str:
 def title(result: Comparison) -> str:
     ns = sorted({cell.n for g in result.groups for cell in g.cells.values()})
     seeds = f"n={ns[0]} runs per cell" if len(ns) == 1 else "n runs per cell in the n rows"
-    kind = "probe" if result.metric in PROBE_MEASURES else "run" if result.metric in RUN_MEASURES else "dev"
-    scale = "" if result.metric in RAW_MEASURES else " x100"
-    lower = ", lower is better" if result.metric in LOWER_IS_BETTER else ""
+    kind = "probe" if result.metric in probe_measures() else "run" if result.metric in RUN_MEASURES else "dev"
+    scale = "" if result.metric in raw_measures() else " x100"
+    lower = ", lower is better" if result.metric in lower_is_better() else ""
     return f"{kind} {result.metric}{scale} ({result.at} eval{lower}), over seeds: {seeds}"
 
 
@@ -209,15 +233,21 @@ def notes(result: Comparison, labels: str = "keys") -> list[str]:
 
 def against_notes(result: Comparison) -> list[str]:
     """What the Δ and CI rows are, over which seeds, and which cells have none."""
-    from .intervals import BOOTSTRAP_SEED, RESAMPLES
+    from .intervals import BOOTSTRAP_SEED, RANGE_BELOW, RESAMPLES
 
     against = result.against
-    scale = "" if result.metric in RAW_MEASURES else " (x100: points)"
+    scale = "" if result.metric in raw_measures() else " (x100: points)"
     kept = f" and of the kept skill ({against.metrics[1]} x100)" if len(against.metrics) > 1 else ""
+    kinds = {i.kind for i in against.intervals.values() if i.low is not None}
+    what = []
+    if kinds - {"range"} or not kinds:
+        what.append(f"{100 * against.level:g}% CI: paired bootstrap percentile interval, {RESAMPLES:,} resamples of "
+                    f"those seeds (numpy default_rng({BOOTSTRAP_SEED}))")
+    if "range" in kinds:
+        what.append(f"range: the lowest and highest per-seed difference (fewer than {RANGE_BELOW} seeds: too few "
+                    f"for a confidence interval)")
     return [f"Δ: each setting minus {against.reference.name}, per task: the mean over the seeds both ran of the "
-            f"per-seed difference of {result.metric}{scale}{kept}; {100 * against.level:g}% CI: paired bootstrap "
-            f"percentile interval, {RESAMPLES:,} resamples of those seeds (numpy default_rng({BOOTSTRAP_SEED}))",
-            *against.notes]
+            f"per-seed difference of {result.metric}{scale}{kept}; {'; '.join(what)}", *against.notes]
 
 
 def rich_table(result: Comparison, labels: str = "names"):

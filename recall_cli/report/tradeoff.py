@@ -36,12 +36,13 @@ from collections import Counter
 from typing import Any
 
 from ..errors import ReportError
-from ..names import PROBES, TASKS
+from ..names import TASKS
+from ..plugins.probes import probes
 from .comparison import TASK_TITLES, dev_label_shares
 from .families import RANK, describe
 from .intervals import LEVEL
 from .runs import Run, _finite
-from .tables import LOWER_IS_BETTER, RAW_MEASURES
+from .tables import lower_is_better, raw_measures
 
 # Floating-point slack at the boundary: 84.5 - 83.5 is 1.0000000000000009 in binary, and within 1.0.
 BOUNDARY = 1e-9
@@ -49,7 +50,7 @@ BOUNDARY = 1e-9
 
 def points(metric: str) -> float:
     """A metric's scale in a table: scores and ratios ×100 (points), raw measures as they are."""
-    return 1.0 if metric in RAW_MEASURES else 100.0
+    return 1.0 if metric in raw_measures() else 100.0
 
 
 def check_within(within: float) -> None:
@@ -103,8 +104,8 @@ def choose_within(runs: list[Run], settings: list[dict[str, Any]], x: str, y: st
                              **({"holdout": {x: holdout[id(s)]}} if holdout is not None else {})}
             rows.append(row_of[id(s)])
         on = (lambda r: r["holdout"][x]) if holdout is not None else (lambda r: r[x])
-        sign_x = -1.0 if x in LOWER_IS_BETTER else 1.0
-        sign_y = -1.0 if y in LOWER_IS_BETTER else 1.0
+        sign_x = -1.0 if x in lower_is_better() else 1.0
+        sign_y = -1.0 if y in lower_is_better() else 1.0
         eligible = rows
         if holdout is not None:  # medians over other seeds are not comparable: only the reference's seeds
             eligible = same_seeds(runs, [(s, row_of[id(s)]) for s in members], vanilla)
@@ -205,7 +206,7 @@ def against_vanilla(runs: list[Run], pick: dict[str, Any], vanilla: list[dict[st
     ix = intervals[x]
     verdict = None
     if ix.low is not None:
-        verdict = (ix.high * points(x) < within if x in LOWER_IS_BETTER else ix.low * points(x) > -within)
+        verdict = (ix.high * points(x) < within if x in lower_is_better() else ix.low * points(x) > -within)
     return {"against": {**head, **{m: i.to_dict() for m, i in intervals.items()}}, "non_inferior": verdict}
 
 
@@ -219,7 +220,7 @@ def choice_line(choice: dict[str, Any], x: str, y: str) -> str:
     within = [c for c in choice["candidates"] if c["within"]]
     best = choice["best"]
     who = "itself" if best["label"] == choice["label"] else best["name"]
-    most = "lowest" if y in LOWER_IS_BETTER else "highest"
+    most = "lowest" if y in lower_is_better() else "highest"
     unit = "point" if choice["within"] == 1 else "points"
     return (f"{TASK_TITLES.get(choice['task'], choice['task'])}: {choice['name']} — {x} {_shown(choice[x], x)}, "
             f"{y} {_shown(choice[y], y)} (medians of {choice['n']} runs): the {most} {y} of the {len(within)} of "
@@ -233,7 +234,7 @@ def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
     within = [c for c in choice["candidates"] if c["within"]]
     best = choice["best"]
     who = "itself" if best["label"] == choice["label"] else best["name"]
-    most = "lowest" if y in LOWER_IS_BETTER else "highest"
+    most = "lowest" if y in lower_is_better() else "highest"
     unit = "point" if choice["within"] == 1 else "points"
     margin = f"{choice['within']:g}"
     first = (f"{TASK_TITLES.get(choice['task'], choice['task'])}: {choice['name']} — chosen on the holdout: {x} "
@@ -257,14 +258,15 @@ def holdout_lines(choice: dict[str, Any], x: str, y: str) -> list[str]:
 
     parts = [f"{m} {_signed(i['difference'], m)} [{_signed(i['low'], m)}, {_signed(i['high'], m)}]"
              for m, i in ((x, ix), (y, iy)) if i is not None and i["low"] is not None]
+    how = (f"the seeds' range, too few for a {100 * against['level']:g}% interval" if ix.get("kind") == "range"
+           else f"{100 * against['level']:g}% paired bootstrap, {against['resamples']:,} resamples")
     if choice["non_inferior"]:
         verdict = f"non-inferior at margin {margin}"
     else:
-        end, bound = (ix["high"], f"above {margin}") if x in LOWER_IS_BETTER else (ix["low"], f"below -{margin}")
+        end, bound = (ix["high"], f"above {margin}") if x in lower_is_better() else (ix["low"], f"below -{margin}")
         verdict = f"not shown non-inferior at margin {margin} (the interval's end {_signed(end, x)} is {bound})"
     return [first, second + f"against vanilla fine-tuning, paired over seeds {seeds_text(ix['seeds'])} (n={ix['n']}): "
-            + ", ".join(parts) + f" ({100 * against['level']:g}% paired bootstrap, {against['resamples']:,} resamples): "
-            + verdict]
+            + ", ".join(parts) + f" ({how}): " + verdict]
 
 
 def _signed(value: float, metric: str) -> str:
@@ -291,7 +293,7 @@ def _check_every_task_has(runs: list[Run], settings: list[dict[str, Any]], x: st
             scored[run.task] = scored.get(run.task, 0) + 1
     if scored:
         task, n = next(iter(scored.items()))
-        probe = next((p.name for p in PROBES.values() if y in p.measures), None)
+        probe = next((p.name for p in probes().values() if y in p.measures), None)
         which = f" (probe.enabled false, or no {probe} in probe.probes)" if probe else ""
         raise ReportError(f"task {task}: none of its {n} finished runs has {y} at its final step: probes were off "
                           f"for them{which}; train them with probes on, score them with recall evaluate --record, "

@@ -56,9 +56,7 @@ def predict(
     result[np.asarray(order, dtype=np.int64)] = stacked
     bad = np.flatnonzero(~np.isfinite(result).all(axis=tuple(range(1, result.ndim))))
     if bad.size:  # a diverged model scores as one class, and predict would write it: refuse it instead
-        raise NonFiniteWeights(f"the model's outputs are NaN/inf on {bad.size} of {len(result)} rows (the first: "
-                               f"row {int(bad[0])}): its weights diverged; nothing was written (score a checkpoint "
-                               "from before the divergence)")
+        raise NonFiniteWeights.in_outputs(bad.size, len(result), int(bad[0]))
     return result
 
 
@@ -143,9 +141,10 @@ def evaluate_checkpoint(
 
 def held_out_rows(task_cfg: Any, task: TaskType, tokenizer: Any) -> Features:
     """The rows a run with task.holdout took out of its training split, tokenized as the run did."""
-    from ..tasks.holdout import holdout_split
+    from ..tasks.holdout import holdout_sample, holdout_split
 
     train = load_split(task_cfg, "train", task_cfg.max_train_examples)
     _, held = holdout_split(task, train.labels, task_cfg.holdout)
+    held = holdout_sample(task, train.labels, held, task_cfg.max_holdout_examples)
     rows = Examples([train.texts[i] for i in held], [train.labels[i] for i in held], train.source)
     return task.tokenize(rows, tokenizer, task_cfg.max_seq_length)

@@ -96,7 +96,7 @@ def load_rows(task_cfg: Any, split: str | Path) -> Rows:
             raise DataError(f"task {spec.name} has no split '{split}': use test, dev or a file of your own")
         examples = load_split(task_cfg, split, task_cfg.max_eval_examples)
         return Rows(examples.texts, [str(i) for i in range(len(examples))], list(examples.labels), examples.source)
-    if spec.name in ("custom", "custom_lm"):
+    if not spec.folder:  # custom, custom_lm, a plugin type's files task
         raise DataError(f"a {spec.name} task has no test split: predict your own file with --split FILE (.csv, .tsv or .jsonl)")
     split = _test_split(spec, split)
     if task_cfg.data_dir:

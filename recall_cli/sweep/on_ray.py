@@ -48,31 +48,136 @@ def check_resources(gpus_per_cell: float, cpus_per_cell: float) -> None:
     for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
         if not math.isfinite(value) or value < 0:
             raise SweepError(f"{name} must be a number >= 0, got {value}")
+    if cpus_per_cell == 0:  # Ray would start every cell at once, each child with one thread and no CPU of its own
+        raise SweepError("--cpus-per-cell must be more than 0 (each cell's finetune uses at least one CPU), got 0")
     if gpus_per_cell > 1 and gpus_per_cell != int(gpus_per_cell):
         raise SweepError(f"--gpus-per-cell {gpus_per_cell}: above 1 it must be a whole number of GPUs")
 
 
+# How long the driver tries to reach a cluster's head (a TCP connection) before it says it cannot: Ray's own
+# connection retries go on for minutes with a warning a second.
+CONNECT_TIMEOUT_S = 10.0
+_ADDRESS_FIX = ("give auto (the cluster this machine's `ray start` joined), HOST:PORT (the head's GCS port, 6379 by "
+                "default) or ray://HOST:PORT (Ray Client, 10001), or leave --address out to start Ray on this machine")
+
+
+def check_address(address: str | None) -> tuple[str, int] | None:
+    """--address as written (nothing is asked of the network): (host, port) of a head to reach, None for auto or
+    no address. SweepError for an address Ray could not use (empty, no port, another scheme)."""
+    import re
+
+    if address is None or address in ("auto", "local"):
+        return None
+    found = re.fullmatch(r"(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})", address)
+    if found is None or not 0 < int(found.group(2)) < 65536:
+        raise SweepError(f"--address {address!r}: not an address of a Ray cluster: {_ADDRESS_FIX}")
+    return found.group(1).strip("[]"), int(found.group(2))
+
+
+def _reach(address: str, head: tuple[str, int]) -> None:
+    """One TCP connection to the head, bounded by CONNECT_TIMEOUT_S: an unknown host or a head that does not answer
+    is one line (exit 2) before anything is made, not Ray's endless retries."""
+    import socket
+
+    try:
+        socket.create_connection(head, timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:  # socket.gaierror (unknown host), refused, timed out, unreachable
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise SweepError(f"--address {address}: no Ray cluster answers there ({reason}, tried for at most "
+                         f"{CONNECT_TIMEOUT_S:g} s): start it (ray start --head) or check the address; nothing was "
+                         "started or written") from None
+
+
+# The longest socket path a local Ray makes under its temp dir: "/session_<date>_<time>_<usec>_<pid>/sockets/
+# plasma_store" and a suffix; a Unix socket's path holds at most 107 bytes on Linux (103 on macOS).
+_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store.99")
+_SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
+
+
+def local_temp_dir() -> str | None:
+    """Where a local Ray keeps its files: None (Ray's own choice, $RAY_TMPDIR or $TMPDIR /ray) when its socket paths
+    fit there; else /tmp/ray, Ray's default without TMPDIR. SweepError, naming the variable, when neither fits."""
+    variable = "RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "TMPDIR" if "TMPDIR" in os.environ else None
+    if sys.platform == "win32" or variable is None:
+        return None
+    chosen = os.environ[variable] if variable == "RAY_TMPDIR" else os.path.join(os.environ["TMPDIR"], "ray")
+    if len(chosen.encode()) + _SOCKET_TAIL <= _SOCKET_LIMIT:
+        return None
+    short = "/tmp/ray"
+    if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) and len(short) + _SOCKET_TAIL <= _SOCKET_LIMIT:
+        return short
+    raise SweepError(f"{variable}={os.environ[variable]} is {len(os.environ[variable])} characters: the Unix socket paths "
+                     f"a local Ray makes under it would pass {_SOCKET_LIMIT} bytes, and /tmp cannot be written: set "
+                     f"{variable} to a shorter folder (at most {_SOCKET_LIMIT - _SOCKET_TAIL - 4} characters)")
+
+
 def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float = 0.0, cpus_per_cell: float = 1.0,
-                  echo: Callable[[str], None] = print) -> list[Cell]:
+                  echo: Callable[[str], None] = print, announce: str | None = None) -> list[Cell]:
     """Run every cell that is not finished as a Ray task; returns the cells that failed. Ctrl-C or SIGTERM
-    cancels the tasks (each stops its child with SIGTERM, which saves last/) and marks them interrupted."""
+    cancels the tasks (each stops its child with SIGTERM, which saves last/) and marks them interrupted.
+    Ray is started (or joined) and the cells' shares checked against the cluster's total before sweep.json or
+    logs/ is written: a refusal leaves nothing, and shuts down the Ray it started."""
     check_resources(gpus_per_cell, cpus_per_cell)
+    head = check_address(address)
     ray = import_ray()
-    todo = begin(sweep, echo)
-    if not todo:
+    if all(c.state == FINISHED for c in sweep.cells):
+        if announce:
+            echo(announce)
+        begin(sweep, echo)  # says so; nothing is sent to Ray
         return []
-    (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
     started_here = not ray.is_initialized()
     if started_here:  # a caller's own ray.init() (library use) is left as it is
-        import logging
-
-        # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        _start(ray, address, head)
     try:
+        _check_cluster_fits(ray, gpus_per_cell, cpus_per_cell)
+        if announce:
+            echo(announce)
+        todo = begin(sweep, echo)
+        (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
         return _run_tasks(ray, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
+    import logging
+
+    if head is not None:
+        _reach(address, head)
+    temp_dir = local_temp_dir() if address in (None, "local") else None
+    quiet_token_warning(address)
+    try:
+        # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                 **({"_temp_dir": temp_dir} if temp_dir else {}))
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError, OSError) as exc:
+        if ray.is_initialized():
+            ray.shutdown()
+        first = " ".join(str(exc).split())[:240] or type(exc).__name__
+        where = f"--address {address}" if address else "a local Ray"
+        raise SweepError(f"{where}: Ray did not start ({first}): start the cluster (ray start --head) or check the "
+                         "address; nothing was written") from None
+
+
+def _check_cluster_fits(ray: Any, gpus: float, cpus: float) -> None:
+    """A cell asking for more than the whole cluster has would wait forever, unannounced: refused."""
+    cluster = ray.cluster_resources()
+    for option, wanted, kind in (("--gpus-per-cell", gpus, "GPU"), ("--cpus-per-cell", cpus, "CPU")):
+        total = cluster.get(kind, 0)
+        if wanted > total:
+            raise SweepError(f"{option} {wanted:g}: the Ray cluster has {total:g} {kind}s in all, so no cell could ever "
+                             f"start: ask for at most {total:g}" + (" (or run on a cluster with GPUs)" if kind == "GPU"
+                                                                    and not total else "") + "; nothing was written")
+
+
+def quiet_token_warning(address: str | None) -> None:
+    """A local Ray (no --address) turns token authentication on by default and says so in a WARNING on
+    every start. Naming that same mode explicitly (RAY_AUTH_MODE=token, Ray's own switch) keeps it and
+    the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
+    the user set, and RECALL_DEBUG=1 shows the warning."""
+    if address is None and not os.environ.get("RECALL_DEBUG"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,

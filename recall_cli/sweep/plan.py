@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import STOPPED, RecipeError, SweepError
-from ..methods.registry import key_aliases
+from ..plugins.methods import key_aliases
 from ..names import CELL_PREFIXES
 from ..rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
+from ..rundir.layout import SWEEP_INDEX
 from ..recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
 from ..recipe.file import read_yaml
 from ..recipe.schema import when_set_defaults
 
 
-INDEX_FILE = "sweep.json"
+INDEX_FILE = SWEEP_INDEX
 LOG_DIR = "logs"
 
 PENDING, RUNNING, FINISHED, FAILED, INTERRUPTED = "pending", "running", "finished", "failed", "interrupted"

@@ -1,11 +1,13 @@
 """Tasks: which task a recipe names, its type, and reading its splits.
 
-A task (names.TASKS, or a custom one the recipe describes) names its *type*, one entry of
-:data:`TASK_TYPES`; every stage asks the type (:class:`~recall_cli.tasks.base.TaskType`) how to read,
-batch, head, score and predict the task, never whether it has classes. Adding a task type (a token
-classifier, a causal LM) is one room beside classification.py and one entry here.
+A task (names.TASKS, or a custom one the recipe describes) names its *type*, one entry of the task
+types' registry (plugins/tasks.py; :data:`TASK_TYPES` here reads it); every stage asks the type
+(:class:`~recall_cli.tasks.base.TaskType`) how to read, batch, head, score and predict the task, never
+whether it has classes. Adding a task type (a token classifier, a causal LM) is one room that registers
+itself (register_task_type), in recall beside classification.py or in a package of yours named in the
+entry-point group ``recall_cli.tasks``; a user's own files are its task when task.name is its ``files_task``.
 
-    __init__.py        the registry; task_spec / task_for (the task a recipe names); load_split
+    __init__.py        task_spec / task_for (the task a recipe names); load_split
     base.py            the interface (TaskType) and the containers rows travel in
     sequence.py        what the two sequence types share: text(s) in, one label out, read from GLUE or files
     classification.py  regression.py   the two sequence types
@@ -21,10 +23,12 @@ when a type tokenizes, batches or scores.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..errors import DataError
 from ..names import LM_TASKS, TASKS, Task, custom_lm_task, custom_task
+from ..plugins.tasks import files_tasks, task_types
 from .base import Examples, Features, Prediction, TaskType
 from .causal_lm import CausalLM
 from .classification import Classification
@@ -33,12 +37,21 @@ from .regression import Regression
 __all__ = ["TASK_TYPES", "CausalLM", "Classification", "Examples", "Features", "Prediction", "Regression", "TaskType", "load_split",
            "task_for", "task_spec", "task_type_for"]
 
-TASK_TYPES: dict[str, type[TaskType]] = {t.name: t for t in (Classification, Regression, CausalLM)}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TASK_TYPES":  # name -> TaskType class, the registry's, read afresh (a plugin's type is in it)
+        return task_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def task_type_for(spec: Task) -> TaskType:
     """The type of ``spec`` (names.Task.task_type), bound to it."""
-    return TASK_TYPES[spec.task_type](spec)
+    known = task_types()
+    if spec.task_type not in known:
+        raise DataError(f"task {spec.name}: its task type {spec.task_type!r} is not installed (installed: "
+                        f"{', '.join(known)})")
+    return known[spec.task_type](spec)
 
 
 def task_for(task_cfg: Any) -> TaskType:
@@ -55,6 +68,10 @@ def task_spec(task_cfg: Any) -> Task:
         return LM_TASKS[name]
     if name == "custom_lm":
         return custom_lm_task(*(task_cfg.text_fields or ["prompt"])[:1], task_cfg.label_field or "completion")
+    plugin = files_tasks().get(name)
+    if plugin is not None:  # a plugin task type's own files: described as custom's are, unless it says otherwise
+        own = getattr(plugin, "files_spec", None)
+        return replace(own(task_cfg) if own is not None else _custom_spec(task_cfg), name=name, task_type=plugin.name)
     if name != "custom":
         choices = ", ".join([*TASKS, *LM_TASKS])
         raise DataError(f"unknown task '{name}': set task.name to one of {choices}, or custom (custom_lm for a causal LM)")

@@ -1,7 +1,7 @@
 """The task seam: what every stage asks of a kind of task, and the containers its rows travel in.
 
 A task type (sequence classification, regression, a causal LM; a token classifier later) is one class
-that implements :class:`TaskType` and one entry in ``tasks.TASK_TYPES``; a task (a names.Task: its files,
+that implements :class:`TaskType` and ``register_task_type`` (plugins/tasks.py); a task (a names.Task: its files,
 columns, labels and metrics) names its type. The stages ask the type, never the task's label count:
 
     reading       read, parse_label                     (training set-up, evaluate, predict)
@@ -80,12 +80,16 @@ class TaskType(ABC):
     """A kind of task, bound to one task (``spec``). Subclasses set the class attributes and implement
     the methods; an instance is cheap (the parsing tables are built once in ``__init__``)."""
 
-    name: ClassVar[str]  # its key in tasks.TASK_TYPES, and names.Task.task_type
+    name: ClassVar[str]  # its key in the task types' registry (plugins/tasks.py), and names.Task.task_type
     auto_class: ClassVar[str]  # the transformers Auto class that builds and loads its model
     peft_task_type: ClassVar[str]  # peft's TaskType member for LoRA (which head modules train in full)
     pipeline_tag: ClassVar[str]  # the Hub's task of a model card's model-index ("text-classification")
     pipeline_title: ClassVar[str]  # the same as a reader names it ("Text Classification")
     stratum: ClassVar[str] = "label"  # what the holdout's error calls one stratum
+    # A plugin type's task.name for a user's own files (as custom and custom_lm are recall's): described by
+    # task.text_fields, label_field, num_labels and label_names as custom is, or by a classmethod
+    # files_spec(task_cfg) -> names.Task of the type's own. None: its tasks are names.Task entries.
+    files_task: ClassVar[str | None] = None
 
     def __init__(self, spec: Task) -> None:
         self.spec = spec

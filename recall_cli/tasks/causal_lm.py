@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from ..plugins.tasks import register_task_type
 from .base import PREDICT_FIX, ChatPrompt, Examples, Features, Prediction, TaskType
 from .files import json_scalar, jsonl_objects, non_empty, read_text, table_records
 from .glue import load_glue_hub, load_glue_tsv
@@ -99,7 +100,8 @@ class CausalLM(TaskType):
                 if missing:
                     existing = ", ".join(repr(k) for k in row)
                     raise DataError(f"{where}: no field '{missing[0]}' (fields: {existing}): {fix}")
-                first, last = json_scalar(row[prompt], path, line, prompt), json_scalar(row[completion], path, line, completion)
+                first = json_scalar(row[prompt], path, line, prompt, text_only=True)
+                last = json_scalar(row[completion], path, line, completion, text_only=True)
             texts.append((first,))
             completions.append(self.parse_label(last, where))
         return non_empty(Examples(texts, completions, str(path)))
@@ -185,3 +187,6 @@ def _chat_turns(messages: Any, where: str) -> tuple[ChatPrompt, str]:
         raise DataError(f"{where}: the last message is the {messages[-1]['role']}'s: end each conversation with the "
                         "assistant's answer, the completion to learn")
     return ChatPrompt([{"role": m["role"], "content": m["content"]} for m in messages[:-1]]), messages[-1]["content"]
+
+
+register_task_type(CausalLM)

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from ..errors import DataError
+from ..plugins.tasks import register_task_type
 from ..names import Task
 from .base import PREDICT_FIX, Prediction
 from .sequence import SequenceTask
@@ -84,3 +85,6 @@ class Classification(SequenceTask):
         classes = self.spec.id2label or tuple(str(i) for i in range(self.num_labels))
         names = [classes[i] for i in outputs.argmax(axis=1)]
         return [Prediction(name, name, [float(p) for p in row]) for name, row in zip(names, softmax(outputs))]
+
+
+register_task_type(Classification)

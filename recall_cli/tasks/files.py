@@ -198,11 +198,20 @@ def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Itera
         yield line, fields
 
 
-def json_scalar(value: Any, path: Path, line: int, column: str) -> str:
-    """A JSONL field as the text a CSV cell would hold."""
+def json_scalar(value: Any, path: Path, line: int, column: str, *, text_only: bool = False) -> str:
+    """A JSONL field as the text a CSV cell would hold. NaN and Infinity (which Python's json reads) are refused: no
+    text or label is "nan". ``text_only`` (a causal LM's prompt and completion, learnt as written): true/false too."""
+    import math
+
     if value is None:
         return ""  # null reads as an empty field, like an empty CSV cell
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DataError(f"{path} line {line}: field '{column}' is {value!r} (JSON's NaN or Infinity), not a value: "
+                        "write the text (in quotes) or the number it should be")
     if isinstance(value, bool):
+        if text_only:
+            raise DataError(f"{path} line {line}: field '{column}' is {str(value).lower()} (a JSON boolean), not text: "
+                            f'write it in quotes ("{str(value).lower()}") if that is the text to learn')
         return str(value).lower()  # JSON spelling, so label_names ["false", "true"] match
     if isinstance(value, (str, int, float)):
         return str(value)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import DataError
+from ..errors import DataError, NonFiniteWeights
 from .base import ChatPrompt, Features
 from .batches import pad_inputs
 
@@ -63,16 +63,39 @@ def _prompts(features: Features, indices: Sequence[int], pad_token_id: int, devi
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
-def _greedy(model, prompts: dict[str, torch.Tensor], max_new_tokens: int, pad_token_id: int) -> torch.Tensor:
-    """The new tokens of greedy decoding, [rows, up to max_new_tokens]; a row that ended is padded. Never past
-    the model's positions (a long --max-new-tokens stops there rather than fail)."""
+def _greedy(model, prompts: dict[str, torch.Tensor], max_new_tokens: int, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the new tokens of greedy decoding, [rows, up to max_new_tokens], a row that ended padded; per row, True
+    where a next-token logit was NaN/inf). Never past the model's positions (a long --max-new-tokens stops there
+    rather than fail)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class NonFiniteWatch(LogitsProcessor):
+        # NaN logits argmax to token 0 (often the pad token): a diverged model would "complete" every row with
+        # nothing. Noted on the device, row by row, and read once after generation.
+        bad: torch.Tensor | None = None
+
+        def __call__(self, input_ids, scores):
+            found = ~torch.isfinite(scores).all(dim=-1)
+            self.bad = found if self.bad is None else self.bad | found
+            return scores
+
+    watch = NonFiniteWatch()
     width = prompts["input_ids"].shape[1]
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(limit, int) and limit > width:
         max_new_tokens = min(max_new_tokens, limit - width)
     out = model.generate(**prompts, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, temperature=None,
-                         top_p=None, top_k=None, pad_token_id=pad_token_id)
-    return out[:, width:]
+                         top_p=None, top_k=None, pad_token_id=pad_token_id, logits_processor=LogitsProcessorList([watch]))
+    bad = watch.bad if watch.bad is not None else torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+    return out[:, width:], bad.cpu()
+
+
+def _refuse_non_finite(bad: np.ndarray) -> None:
+    """``bad``: per row of the features, True where the model's logits were NaN/inf: refused as the
+    classifiers' outputs are (scoring.evaluate.predict), before a number or a completion is written from them."""
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        raise NonFiniteWeights.in_outputs(rows.size, len(bad), int(rows[0]))
 
 
 @torch.no_grad()
@@ -83,11 +106,14 @@ def completion_outputs(model, features: Features, batch_size: int, device, pad_t
     was_training = model.training
     model.eval()
     result = np.zeros((len(features), 3), dtype=np.float64)
+    bad = np.zeros(len(features), dtype=bool)
     try:
         for indices in _batches(features, batch_size):
             batch = {k: v.to(device) for k, v in pad_inputs(features, indices, pad_token_id).items()}
             with autocast or nullcontext():
                 logits = model(**batch).logits[:, :-1].float()
+            finite = torch.isfinite(logits).all(dim=-1) | (batch["attention_mask"][:, :-1] == 0)  # padding aside
+            bad[indices] = (~finite.all(dim=1)).cpu().numpy()
             targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
             for b, i in enumerate(indices):
                 targets[b, : max(0, features.labels[i] - 1)] = -100  # predicted from the prompt: the completion's alone
@@ -99,11 +125,15 @@ def completion_outputs(model, features: Features, batch_size: int, device, pad_t
             if longest == 0:
                 continue
             with autocast or nullcontext():
-                new = _greedy(model, _prompts(features, indices, pad_token_id, device), longest, pad_token_id).cpu()
+                new, generated_bad = _greedy(model, _prompts(features, indices, pad_token_id, device), longest,
+                                             pad_token_id)
+            bad[indices] |= generated_bad.numpy()
+            new = new.cpu()
             for b, (i, reference) in enumerate(zip(indices, references)):
                 result[i, 2] = float(bool(reference) and new[b, : len(reference)].tolist() == reference)
     finally:
         model.train(was_training)
+    _refuse_non_finite(bad)
     return result
 
 
@@ -115,11 +145,15 @@ def generate_texts(model, features: Features, tokenizer: Any, batch_size: int, d
     was_training = model.training
     model.eval()
     texts = [""] * len(features)
+    bad = np.zeros(len(features), dtype=bool)
     eos = tokenizer.eos_token_id
     try:
         for indices in _batches(features, batch_size):
             with autocast or nullcontext():
-                new = _greedy(model, _prompts(features, indices, pad_token_id, device), max_new_tokens, pad_token_id).cpu()
+                new, generated_bad = _greedy(model, _prompts(features, indices, pad_token_id, device), max_new_tokens,
+                                             pad_token_id)
+            bad[indices] = generated_bad.numpy()
+            new = new.cpu()
             for b, i in enumerate(indices):
                 tokens = new[b].tolist()
                 if eos is not None and eos in tokens:
@@ -127,4 +161,5 @@ def generate_texts(model, features: Features, tokenizer: Any, batch_size: int, d
                 texts[i] = tokenizer.decode(tokens, skip_special_tokens=True)
     finally:
         model.train(was_training)
+    _refuse_non_finite(bad)
     return texts

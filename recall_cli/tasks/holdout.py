@@ -31,3 +31,31 @@ def holdout_split(task: TaskType, labels: Sequence[Any], fraction: float) -> tup
                             "train on the rest (lower task.holdout, or use more training rows)")
         held.update(rng.sample(rows, take))
     return [i for i in range(len(labels)) if i not in held], sorted(held)
+
+
+def holdout_sample(task: TaskType, labels: Sequence[Any], held: list[int], cap: int | None) -> list[int]:
+    """task.max_holdout_examples: at most ``cap`` of the ``held`` indices (into ``labels``), in order, a
+    stratified sample by a fixed seed (the same rows for every run of the task, as the holdout itself):
+    each stratum keeps its share of the cap, at least one row. All of them when ``cap`` is None or not
+    smaller."""
+    import random
+
+    if cap is None or cap >= len(held):
+        return held
+    by_stratum: dict[Any, list[int]] = {}
+    for i, stratum in zip(held, task.strata([labels[i] for i in held])):
+        by_stratum.setdefault(stratum, []).append(i)
+    rng = random.Random(HOLDOUT_SEED + 1)  # its own stream: the split above is unchanged by a cap
+    kept: set[int] = set()
+    for stratum, rows in sorted(by_stratum.items(), key=lambda kv: str(kv[0])):
+        kept.update(rng.sample(rows, min(len(rows), max(1, round(cap * len(rows) / len(held))))))
+    return sorted(kept)
+
+
+def holdout_cost(scored: int, held: int, total_steps: int, eval_every: int) -> str:
+    """The start line's word on the holdout: its size and what it costs, said before the first step. It is
+    scored at every evaluation, and a large one (SST-2 at 0.2: 13,470 rows) can take longer than training."""
+    evals = total_steps // eval_every + (total_steps % eval_every != 0) if eval_every else 1  # and the last step
+    capped = f" (a fixed sample of the {held:,} held out)" if scored < held else \
+        ("" if scored < 2000 else "; task.max_holdout_examples=N scores a fixed sample of N")
+    return f"{scored:,} rows scored at each of {evals} evaluation{'s' if evals != 1 else ''}{capped}"

@@ -7,6 +7,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from ..errors import DataError
+from ..plugins.tasks import register_task_type
 from .base import PREDICT_FIX, Prediction
 from .sequence import SequenceTask
 
@@ -63,3 +64,6 @@ class Regression(SequenceTask):
     def predictions(self, outputs) -> list[Prediction]:
         """The score, written with 6 significant digits in a TSV."""
         return [Prediction(score, f"{score:.6g}") for score in (float(v) for v in outputs[:, 0])]
+
+
+register_task_type(Regression)

@@ -22,7 +22,7 @@ class SequenceTask(TaskType):
     label_dtype: ClassVar[str]
 
     def read(self, task_cfg: Any, split: str) -> Examples:
-        if self.spec.name == "custom":
+        if not self.spec.folder:  # a user's own files: custom's, or a plugin type's files task
             return load_custom(task_cfg, self, split)
         if task_cfg.data_dir:
             return load_glue_tsv(self, Path(task_cfg.data_dir), split)

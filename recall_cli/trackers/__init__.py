@@ -31,28 +31,30 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import MissingPackage, TrackerError
-from ..names import RECADAM_ONLY_KEYS, TRACKERS, is_vanilla, pip_extra
+from ..names import RECADAM_ONLY_KEYS, is_vanilla, pip_extra
+from ..plugins.trackers import trackers as registered
+from ..rundir.layout import SWEEP_INDEX
 
 STATE_FILE = "trackers.json"  # in the run directory: each tracker's run id, so that --resume continues it
-SWEEP_INDEX = "sweep.json"  # sweep.INDEX_FILE: a run directory beside one is a sweep's cell
-
-# train.report_to name -> the module that implements it (recall_cli/trackers/<module>.py)
 
 
 def check_available(names: Sequence[str]) -> None:
     """Refuse a tracker whose package is missing, before anything is written (exit 2, pip named)."""
+    known = registered()
     for name in dict.fromkeys(names):
-        tracker = TRACKERS.get(name)
+        tracker = known.get(name)
         if tracker is None:  # the recipe checks its own names: this is merge's --report-to, or a library call
-            raise TrackerError(f"report_to: unknown tracker {name!r} (choose from {', '.join(TRACKERS)})")
+            raise TrackerError(f"report_to: unknown tracker {name!r} (choose from {', '.join(known)})")
+        if tracker.requires is None:
+            continue
         try:
-            importlib.import_module(tracker.module)
+            importlib.import_module(tracker.requires)
         except ImportError as exc:
             # An installed package that does not import (a protobuf clash, say) is named as such.
-            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == tracker.module
+            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == tracker.requires
             what = "is not installed" if missing else f"cannot be imported ({type(exc).__name__}: {exc})"
-            raise MissingPackage(f"report_to names {name}, but the {tracker.module} package {what}: "
-                                 + pip_extra(tracker.extra)) from None
+            fix = pip_extra(tracker.extra) if tracker.extra else tracker.install or f"pip install {tracker.requires}"
+            raise MissingPackage(f"report_to names {name}, but the {tracker.requires} package {what}: {fix}") from None
 
 
 # ---- what the trackers are told ------------------------------------------------------------------
@@ -224,9 +226,9 @@ def _open(names: list[str], info: RunInfo, state_file: Path | None, warn: Callab
     saved = _read_state(state_file) if state_file is not None and info.resumed else {}
     opened: dict[str, Tracker] = {}
     try:
-        for name in sorted(names, key=lambda n: not TRACKERS[n].remote):
-            module = importlib.import_module(f".{TRACKERS[name].tracker_module}", __name__)
-            opened[name] = module.open_tracker(_with_saved(info, saved.get(name, {})))
+        known = registered()
+        for name in sorted(names, key=lambda n: not known[n].remote):
+            opened[name] = known[name].open(_with_saved(info, saved.get(name, {})))
     except BaseException:
         for tracker in opened.values():
             with contextlib.suppress(Exception):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..names import pip_extra
+from ..plugins.trackers import TrackerEntry, register_tracker
 from . import RunInfo, numbers, start_failed
 
 EXPERIMENT = "recall"
@@ -138,3 +139,6 @@ class MlflowTracker:
     def close(self, finished: bool) -> None:
         # KILLED: stopped before its end (pre-empted, diverged, Ctrl-C); --resume sets it RUNNING again.
         self.client.set_terminated(self.run_id, status="FINISHED" if finished else "KILLED")
+
+
+register_tracker(TrackerEntry("mlflow", open_tracker, requires="mlflow", extra="mlflow"))

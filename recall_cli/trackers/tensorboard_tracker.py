@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..plugins.trackers import TrackerEntry, register_tracker
 from . import RunInfo
 
 FOLDER = "tensorboard"
@@ -86,3 +87,6 @@ class TensorBoardTracker:
 
     def close(self, finished: bool) -> None:
         self.writer.close()
+
+
+register_tracker(TrackerEntry("tensorboard", open_tracker, requires="tensorboard", extra="tensorboard"))

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..plugins.trackers import TrackerEntry, register_tracker
 from . import RunInfo, start_failed
 
 PROJECT = "recall"
@@ -56,3 +57,6 @@ class WandbTracker:
 
     def close(self, finished: bool) -> None:
         self.run.finish(exit_code=0 if finished else 1)
+
+
+register_tracker(TrackerEntry("wandb", open_tracker, requires="wandb", extra="wandb", remote=True))

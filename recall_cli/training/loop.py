@@ -19,21 +19,21 @@ from typing import Any
 
 import torch
 
-from .. import __version__, card, rundir, trackers
+from .. import card, rundir, trackers
 from ..distributed import Distributed, SigtermFlag, shard
 from ..errors import CompileError, Preempted, TrackerError, TrainingDiverged
-from ..methods import registry
-from ..names import OPTIMIZERS
+from ..plugins import methods as registry
+from ..names import OPTIMIZERS, VERSION
 from ..optim import distance_to_theta_star, recall_state
 from ..probes.runner import record_at
 from ..recipe import Recipe
 from ..runtime import autocast_for, device_name
 from ..scoring.evaluate import score
-from . import checkpoint, compiled
+from . import checkpoint, compiled, fsdp
 from .loss import loss_step
 from .pending import Pending
 from .progress import Reporter, add_step, add_sums, empty_window, train_record
-from .schedule import linear_warmup_decay
+from .schedule import set_lr
 from .setup import Start, Training, prepare, set_up
 
 
@@ -105,7 +105,7 @@ def train_step(t: Training, batches: list[MicroBatch], step: int = 0) -> torch.T
         compiled.mark_step(t.device)
         with t.ctx.no_sync(t.compute.ddp_model, skip=micro < accum - 1):
             with t.compute.autocast:
-                loss, parts = loss_step(t.compute.forward, batch, t.methods.terms, step, indices)
+                loss, parts = loss_step(t.compute.forward, batch, t.methods.terms, step, indices, check_labels=False)
                 if share != 1.0:
                     loss = loss * share
                 loss = loss / accum
@@ -122,7 +122,7 @@ def optimizer_step(t: Training) -> torch.Tensor:
     """Unscale, clip, step, zero the gradients; returns the (global, under DDP) gradient norm tensor."""
     t.compute.scaler.unscale_(t.optimizer)
     # After DDP's all-reduce every rank holds the global gradient: this norm is the global one.
-    grad_norm = torch.nn.utils.clip_grad_norm_(t.compute.params, t.recipe.train.max_grad_norm or math.inf)
+    grad_norm = fsdp.plain(torch.nn.utils.clip_grad_norm_(t.compute.params, t.recipe.train.max_grad_norm or math.inf))
     t.compute.scaler.step(t.optimizer)
     t.compute.scaler.update()
     t.optimizer.zero_grad(set_to_none=True)
@@ -133,25 +133,18 @@ def current_distance(t: Training) -> float:
     """||theta - theta*|| now: over RecAdam's (or adamw's) pairs, or the adapter's merged update."""
     if t.adapter is not None:
         return t.adapter.update_norm()
-    return distance_to_theta_star(*zip(*t.pairs)) if t.pairs else 0.0
+    return (fsdp.distance(t.pairs, t.ctx) if t.ctx.shards else distance_to_theta_star(*zip(*t.pairs))) if t.pairs else 0.0
 
 
 def save_weights(t: Training, name: str, *state, card: str) -> Path:
     """best/, last/ or lp/: plain `from_pretrained` weights (an adapter's merged in, its own files beside them).
     Weights that hold NaN/inf are never written: the folder keeps what it held (NonFiniteWeights, exit 3)."""
     model = t.model if t.adapter is None else t.adapter.merged_copy()
+    model, state = fsdp.for_saving(model, state) if t.ctx.shards else (model, state)  # (every rank: t.ctx.saves)
+    if model is None:
+        return t.run_dir / name
     checkpoint.refuse_non_finite(model, t.run_dir, name, t.state.step)
     return checkpoint.save_checkpoint(t.run_dir, name, model, t.tokenizer, *state, card=card, adapter=t.adapter)
-
-
-def set_lr(t: Training, step: int) -> float:
-    peak = t.recipe.optimizer.lr
-    for run in t.methods.runs:  # LP-FT's head phase has a peak of its own
-        peak = run.peak_lr(peak)
-    lr = peak * linear_warmup_decay(step, t.recipe.train.warmup_steps, t.total_steps)
-    for group in t.optimizer.param_groups:
-        group["lr"] = lr
-    return lr
 
 
 # ---- the loop ------------------------------------------------------------------------------------
@@ -201,7 +194,8 @@ class _Loop:
             while state.step < t.total_steps:
                 step = state.step + 1
                 started = time.perf_counter()
-                lr = set_lr(t, step)
+                lr = set_lr(t.optimizer, step, peak=t.recipe.optimizer.lr, warmup_steps=t.recipe.train.warmup_steps,
+                            total_steps=t.total_steps, runs=t.methods.runs)
                 batches, samples = micro_batches(t)
                 loss_sum = self.forward_backward(batches, step)
                 # Every rank stops at the same step: under DDP one small collective per step (1 process: none).
@@ -283,7 +277,7 @@ class _Loop:
             self.test(step)
         if t.prober is not None and probe_now:
             self.probe(step)
-        if improved and t.ctx.is_main:  # after this step's probe, which its model card reports
+        if improved and t.ctx.saves:  # after this step's probe, which its model card reports
             save_weights(t, rundir.BEST_DIR, card=self.card(rundir.BEST_DIR, step))
         for run in t.methods.runs:  # phase ends (LP-FT's lp/), after this step's best/
             run.after_step(self, step)
@@ -291,13 +285,13 @@ class _Loop:
             self.save_last(step)
         self.reporter.step(step)
 
-    # ---- what a method's after_step may ask of the loop (methods/registry.py's MethodRun) ----------
+    # ---- what a method's after_step may ask of the loop (plugins/methods.py's MethodRun) ----------
 
     def save(self, folder: str, step: int) -> None:
         """A checkpoint folder of the run's weights now, with its card (rank 0 writes it), after the
         pending divergence check: a step whose loss went bad is named before anything is saved."""
         self.read_pending()
-        if self.t.ctx.is_main:
+        if self.t.ctx.saves:
             save_weights(self.t, folder, card=self.card(folder, step))
 
     def rewrap(self) -> None:
@@ -347,7 +341,7 @@ class _Loop:
         (the caller saves best/)."""
         t = self.t
         metrics = score(t.model, t.task.spec, t.task.chooses_on, t.eval_batch, t.device, t.pad_id,
-                        autocast_for(t.precision, t.device), t.ctx)
+                        autocast_for(t.precision, t.device), t.ctx.scoring)
         record = {"step": step, "split": "eval", **({"data": "holdout"} if t.task.holdout is not None else {}), **metrics}
         self.warn_undefined(step, metrics)
         self.write(record)
@@ -363,7 +357,7 @@ class _Loop:
         """task.holdout: the dev split, scored once, on the final weights: the number a report gives."""
         t = self.t
         metrics = score(t.model, t.task.spec, t.task.dev, t.eval_batch, t.device, t.pad_id,
-                        autocast_for(t.precision, t.device), t.ctx)
+                        autocast_for(t.precision, t.device), t.ctx.scoring)
         record = {"step": step, "split": "test", "data": "dev", **metrics}
         self.warn_undefined(step, metrics)
         self.write(record)
@@ -390,12 +384,12 @@ class _Loop:
     def card(self, name: str, step: int) -> str:
         """The README.md of best/ or last/ at ``step`` (card.py): recipe, dev metrics, what it kept."""
         t = self.t
-        distance = current_distance(t) if t.pairs or t.adapter is not None else None
+        distance = current_distance(t) if (t.pairs or t.adapter is not None) and not t.ctx.shards else None
         # Under task.holdout the final weights are scored once on dev (the test record): their card says that.
         dev = self.last_test if self.last_test is not None and self.last_test["step"] == step else None
         return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps, anneal_t0=t.plan.anneal_t0,
                                methods=t.plan.methods, evaluation=dev or self.last_eval, probe=self.last_probe, distance=distance,
-                               version=__version__)
+                               version=VERSION)
 
     def save_last(self, step: int) -> None:
         t = self.t
@@ -404,9 +398,10 @@ class _Loop:
         t.state.compile_mode, t.state.compile_reason = record.mode or "eager", record.reason
         t.state.compile_fallback = record.fallback
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
-        if t.ctx.is_main:
+        if t.ctx.saves:
             folder = save_weights(t, rundir.LAST_DIR, t.state.__dict__, t.optimizer, t.compute.scaler, rng_states,
                                   card=self.card(rundir.LAST_DIR, step))
+        if t.ctx.is_main:
             checkpoint.rotate_step_checkpoints(t.run_dir, step, t.recipe.train.keep_last, folder)
         t.ctx.barrier()  # no rank runs ahead of, or exits before, a complete last/
 
@@ -452,7 +447,7 @@ def start_info(t: Training) -> dict[str, Any]:
     step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
-            "train_examples": len(t.task.train),
+            "train_examples": len(t.task.train), **t.task.holdout_info(t.plan.total_steps, tc.eval_every),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),
@@ -492,7 +487,7 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
         device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compute.compile_record.to_dict(),
-        versions={"recall": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+        versions={"recall": VERSION, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,

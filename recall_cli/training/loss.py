@@ -23,13 +23,17 @@ class Term(Protocol):
 
 
 def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequence[Term], step: int,
-              indices: Tensor | None = None, *, return_outputs: bool = False):
+              indices: Tensor | None = None, *, return_outputs: bool = False, check_labels: bool = True):
     """(the loss to back-propagate, its parts detached: loss_task and loss_<term> unweighted), and the
     model's outputs too with ``return_outputs`` (the Hugging Face Trainer's evaluation reads the logits).
 
     ``forward`` is the model (or its DDP or compiled wrapper); ``batch`` holds the labels, so the model
     computes the task loss; ``indices`` are the batch's example indices in the training split (what a
-    cached term looks its reference rows up by)."""
+    cached term looks its reference rows up by). ``check_labels``: a batch whose every label is -100 (a causal
+    LM's rows with no completion token) is a ValueError, not the NaN of a mean over nothing; one host read, which
+    recall's own loop (whose rows always hold a completion token) skips with check_labels=False."""
+    if check_labels:
+        _check_some_label(batch)
     if not terms:
         outputs = forward(**batch)
         _check_task_loss(outputs, batch)
@@ -44,6 +48,16 @@ def loss_step(forward: Callable[..., Any], batch: dict[str, Tensor], terms: Sequ
         total = total + term.weight(step) * value
         parts[f"loss_{term.name}"] = value.detach()
     return (total, parts, outputs) if return_outputs else (total, parts)
+
+
+def _check_some_label(batch: dict[str, Tensor]) -> None:
+    labels = batch.get("labels")
+    if labels is None or not hasattr(labels, "dtype") or labels.dtype.is_floating_point or labels.numel() == 0:
+        return  # no labels (_check_task_loss says so), or a regression's scores
+    if not bool((labels != -100).any()):
+        raise ValueError(f"loss_step: every label in the batch is -100 (ignored by the loss, {labels.numel()} of them): "
+                         "the model's mean loss over no token would be NaN; give each batch at least one label to "
+                         "learn (a causal LM's completion tokens), or leave the batch out")
 
 
 def _check_task_loss(outputs: Any, batch: dict[str, Tensor]) -> None:

@@ -3,15 +3,16 @@ them and of the run directory's size. Names no method: every line here loops ove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..methods import registry
-from ..methods.registry import MethodRun
+from ..plugins import methods as registry
+from ..plugins.methods import MethodRun
 from ..recipe import Recipe
 from ..tasks import Features
+from .loss import Term
 from .plan import RunPlan
 
 
@@ -42,9 +43,22 @@ class RunView:
         return self.plan.total_steps
 
 
+@dataclass
+class MethodParts:
+    """The methods the plan turns on, started for this run (what the loop's Training holds of them)."""
+
+    terms: list[Term] = field(default_factory=list)  # their loss terms (training/loss.py)
+    runs: list[MethodRun] = field(default_factory=list)  # each method on: its hooks in this run
+    info: dict[str, str] = field(default_factory=dict)  # the start line's words on them
+
+    @classmethod
+    def of(cls, runs: list[MethodRun]) -> MethodParts:
+        return cls([term for run in runs for term in run.terms], runs, {k: v for run in runs for k, v in run.info.items()})
+
+
 def start_methods(view: RunView) -> list[MethodRun]:
     """Each method the recipe turns on (the plan's), started for this run, in registry order."""
-    return [run for run in (m.start(view) for m in view.plan.methods) if run is not None]
+    return [run for run in (registry.start(m, view) for m in view.plan.methods) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:

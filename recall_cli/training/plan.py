@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..methods.registry import Method
+from ..plugins.methods import Method
 from ..optim import RecallSchedule
 from ..recipe import Recipe
 

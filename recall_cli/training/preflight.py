@@ -30,9 +30,11 @@ from ..errors import PreflightError
 
 from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
-from ..methods.registry import Method
+from ..plugins import methods as registry
+from ..plugins.methods import Method
 from ..recipe import Recipe
 from ..tasks import TaskType
+from .weights import weight_dtype
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -63,6 +65,10 @@ class Check:
         return {"name": self.name, "status": self.status, "message": self.message}
 
 
+# The memory parts that scale with the parameters (bytes_per_parameter): the rest is activations, data, framework.
+MODEL_STATE = ("weights", "master_weights", "gradients", "adam_moments", "theta_star", "autocast_copies")
+
+
 @dataclass
 class MemoryEstimate:
     device: str
@@ -71,10 +77,21 @@ class MemoryEstimate:
     available_bytes: int | None
     sequence_length: int  # the activation length used: the longest training row, or max_seq_length
     batch_size: int
+    parameters: int = 0  # the model's, all of them (bytes_per_parameter divides by it)
 
     @property
     def total_bytes(self) -> int:
         return sum(self.parts.values())
+
+    @property
+    def state_parts(self) -> dict[str, int]:
+        """The parts that grow with the parameter count: weights, master copies, gradients, Adam, theta*."""
+        return {k: v for k, v in self.parts.items() if k in MODEL_STATE}
+
+    @property
+    def bytes_per_parameter(self) -> float:
+        """The model state's bytes per parameter of the model (16 for fp32 AdamW; docs/scaling.md's table)."""
+        return sum(self.state_parts.values()) / max(1, self.parameters)
 
     @property
     def needed_bytes(self) -> int:
@@ -85,7 +102,8 @@ class MemoryEstimate:
         return None if self.available_bytes is None else self.needed_bytes <= self.available_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total_bytes": self.total_bytes, "needed_bytes": self.needed_bytes, "fits": self.fits}
+        return {**asdict(self), "total_bytes": self.total_bytes, "needed_bytes": self.needed_bytes, "fits": self.fits,
+                "bytes_per_parameter": round(self.bytes_per_parameter, 2)}
 
 
 @dataclass
@@ -208,7 +226,7 @@ def check_head(report: Preflight, recipe: Recipe, config, task: TaskType, resume
 def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = None) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of ``task``'s model, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
-    (methods/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
+    (plugins/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
     from ..model import auto_model_class, head_parameter_names, quiet_transformers
 
     quiet_transformers()
@@ -253,7 +271,7 @@ class MemoryView:
 
 def method_bytes(on: Sequence[Method], view: MemoryView) -> dict[str, int]:
     """Each method's own memory, by the part name preflight lists it under ("method keep"): none at 0."""
-    sizes = {f"method {m.name}": int(m.extra_bytes(view)) for m in on}
+    sizes = {f"method {m.name}": registry.extra_bytes(m, view) for m in on}  # a plugin's held to an int
     return {name: n for name, n in sizes.items() if n}
 
 
@@ -268,22 +286,28 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     lora = adapter is not None
     anchor_bytes = 2 if recipe.model.anchor_dtype == "bfloat16" else 4
+    # model.dtype: a weight's bytes. 16-bit weights that train keep an fp32 master copy and fp32 moments in
+    # RecAdam (their gradients are 16-bit); peft keeps LoRA's adapters in fp32 whatever the base's dtype.
+    elt = weight_bytes(recipe)
     # Under an adapter (LoRA) peft adds the adapters and a trainable copy of the head (modules_to_save) beside
     # the frozen model, and theta* is only the probes' fp32 copy in host memory (no pull, no copy on the device).
     theta_star = 0 if lora and device.type != "cpu" else (4 if lora else anchor_bytes) * (total - head)
     parts = {
-        "weights": 4 * (total + (trained if lora else 0)),  # fp32 master weights; autocast casts per op
-        "gradients": 4 * trained,  # under LoRA only the adapters and the head have them
+        "weights": elt * total + (4 * trained if lora else 0),  # autocast casts fp32 weights per op
+        **({"master_weights": 4 * trained} if elt < 4 and not lora else {}),
+        "gradients": (4 if lora else elt) * trained,  # under LoRA only the adapters and the head have them
         "adam_moments": 8 * trained if OPTIMIZERS[recipe.optimizer.name].adam_moments else 0,
         "theta_star": theta_star,
         "activations": activation_bytes(config, tc.batch_size, length, precision),
     }
     if not task.num_labels:  # a causal LM: a logit per vocabulary entry and position, in fp32, with its gradient
         parts["logits"] = 12 * tc.batch_size * length * (getattr(config, "vocab_size", None) or 0)
-    if precision != "fp32":
-        # autocast's 16-bit cache of the weights that train (it keeps no cast of a frozen one)
+    if precision != "fp32" and (elt == 4 or lora):
+        # autocast's 16-bit cache of the fp32 weights that train (it keeps no cast of a frozen one, nor of a 16-bit one)
         parts["autocast_copies"] = 2 * trained
     parts.update(method_bytes(on, MemoryView(recipe, config, total, len(lengths or ()), total_steps, world_size)))
+    if recipe.train.distributed == "fsdp" and world_size > 1:  # each rank holds 1/N of the model's state
+        parts.update({k: -(-v // world_size) for k, v in parts.items() if k in MODEL_STATE})
     if device.type == "cpu":
         # Every process tokenizes and keeps all training rows (ranks slice batches, not the data).
         parts["data"] = BYTES_PER_TOKEN * (sum(lengths) if lengths else 0)
@@ -292,7 +316,12 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
     else:
         parts["framework"] = CUDA_BASELINE_BYTES
         available, sharing = available_cuda(device), 1
-    return MemoryEstimate(str(device), sharing, parts, available, length, tc.batch_size)
+    return MemoryEstimate(str(device), sharing, parts, available, length, tc.batch_size, total)
+
+
+def weight_bytes(recipe: Recipe) -> int:
+    """Bytes of one weight as model.dtype loads it (auto: the checkpoint's, from its config or GGUF header)."""
+    return torch.finfo(weight_dtype(recipe.model)).bits // 8
 
 
 def available_ram() -> int | None:
@@ -360,7 +389,8 @@ def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, devi
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
     own = [f"{name} {gib(n)}" for name, n in est.parts.items() if name.startswith("method ")]
-    at = f"batch {est.batch_size} x length {est.sequence_length}, {precision}" + (f"; {', '.join(own)}" if own else "")
+    at = (f"batch {est.batch_size} x length {est.sequence_length}, {precision}; {est.bytes_per_parameter:.0f} B a parameter"
+          + (f"; {', '.join(own)}" if own else ""))
     if est.available_bytes is None:
         report.add("memory", "ok", f"peak ~{share} ({at}); the device's free memory is unknown")
     elif est.fits:
@@ -370,6 +400,59 @@ def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, devi
                                  on, total_steps)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
+
+
+def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_size: int, adapter: Any,
+                on: Sequence[Method] = ()) -> None:
+    """model.dtype and train.distributed (rows only where a recipe sets them away from fp32 and ddp):
+    what this device cannot hold or this launch cannot shard is refused with its fix (DeviceError, exit 2).
+    ``adapter``: the run's (the plan's, or None); ``on``: the methods the run turns on (the plan's)."""
+    from ..errors import DeviceError
+
+    name = recipe.model.dtype
+    if name != "fp32":
+        dtype = weight_dtype(recipe.model)
+        problem = None
+        if dtype == torch.float16 and device.type != "cuda":
+            problem = "model.dtype=fp16 needs a CUDA device (on a CPU use model.dtype=bf16 or fp32)"
+        elif dtype == torch.float16 and adapter is None:
+            problem = ("model.dtype=fp16 cannot fine-tune every weight: fp16 gradients overflow without a loss scale, "
+                       "which cannot unscale fp16 gradients (use model.dtype=bf16, or fp32 with train.precision=fp16, "
+                       "or LoRA: model.lora.r=8)")
+        elif dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            problem = f"model.dtype=bf16: {device} has no bfloat16 (use model.dtype=fp32 with train.precision=fp16)"
+        if problem:
+            report.add("dtype", "fail", problem, DeviceError(problem))
+        else:
+            shown = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+            report.add("dtype", "ok", f"weights in {shown}" + (" (the checkpoint's)" if name == "auto" else "")
+                       + ("; fp32 master weights and Adam moments in the optimizer" if dtype != torch.float32 and adapter is None else ""))
+    if recipe.train.distributed == "fsdp":
+        check_fsdp(report, recipe, world_size, on)
+
+
+def check_fsdp(report: Preflight, recipe: Recipe, world_size: int, on: Sequence[Method] = ()) -> None:
+    """What FSDP (training/fsdp.py) cannot shard yet is refused by name, with the setting that runs (``on``: the
+    methods the run turns on, the plan's)."""
+    methods = [f"{m.name} ({m.switch})" for m in on]
+    if world_size <= 1:
+        problem = ("train.distributed=fsdp shards the model over processes, and this is one: start it under torchrun "
+                   "(recall finetune R.yaml --nproc N, or torchrun --nproc_per_node N -m recall_cli finetune R.yaml)")
+    elif methods:
+        # Their terms and hooks run theta*'s function on the whole model (the embedding and LM anchors' frozen
+        # copy, LoRA's wrapping, LP-FT's re-wrap): not sharded yet.
+        problem = (f"train.distributed=fsdp: {', '.join(methods)} cannot shard yet (its term or hooks need the whole "
+                   "model on one rank): turn it off, or use train.distributed=ddp")
+    elif recipe.probe.enabled:
+        problem = ("train.distributed=fsdp: the probes run theta* and the model on rank 0 alone, which a sharded "
+                   "model cannot: set probe.enabled=false (then `recall probe` the checkpoints), or use train.distributed=ddp")
+    elif recipe.train.compile == "on":
+        problem = "train.distributed=fsdp: the compiled step is not supported under FSDP yet: set train.compile=off"
+    else:
+        report.add("distributed", "ok", f"FSDP2 over {world_size} processes: weights, gradients, Adam's moments and "
+                                        "theta* sharded; checkpoints consolidated on rank 0")
+        return
+    report.add("distributed", "fail", problem, PreflightError(problem))
 
 
 def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: torch.device) -> None:
@@ -391,6 +474,7 @@ def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: Ta
     check_positions(report, recipe, config)
     check_tokenizer(report, recipe, tokenizer, config)
     check_head(report, recipe, config, task, resume)
+    check_scale(report, recipe, device, world_size, next((m for m in on if m.is_adapter), None), on)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
         check_memory(report, recipe, config, task, device, precision, world_size, lengths, on, total_steps)

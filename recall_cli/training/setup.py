@@ -26,9 +26,8 @@ import torch
 from .. import rundir, trackers
 from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
-from ..methods import registry
-from ..methods.adapter import Adapted
-from ..methods.registry import MethodRun
+from ..plugins import methods as registry
+from ..plugins.adapter import Adapted
 from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
                      parameter_groups)
 from ..names import OPTIMIZERS, Task
@@ -39,11 +38,11 @@ from ..recipe.advice import runnable, schedule_warnings, unused_keys
 from ..runtime import autocast_for, choose_precision, precision_of_saved_run, resolve_device, seed_everything
 from ..tasks import Examples, Features, TaskType, load_split, task_spec, task_type_for
 from ..tasks.batches import BatchOrder, padded_length, subset
-from ..tasks.holdout import holdout_split
-from . import checkpoint, compiled, preflight
+from ..tasks.holdout import holdout_cost, holdout_sample, holdout_split
+from . import checkpoint, compiled, fsdp, preflight
+from .weights import enable_gradient_checkpointing, weight_dtype
 from .checkpoint import TrainerState
-from .loss import Term
-from .methods import RunView, start_methods
+from .methods import MethodParts, RunView, start_methods
 from .plan import RunPlan, StepPlan, plan_run
 from .progress import Reporter
 
@@ -54,8 +53,15 @@ class TaskData:
     kind: TaskType  # the task's type: how its batches are made (the loop's collate)
     train: Features
     dev: dict[str, Features]
-    holdout: Features | None = None  # task.holdout's rows, taken out of train
+    holdout: Features | None = None  # task.holdout's rows, taken out of train (those scored: max_holdout_examples)
+    held_out: int = 0  # how many rows task.holdout took out of train (the scored ones may be fewer)
     sentences: list[str] = field(default_factory=list)  # every training sentence (the prober's overlap check)
+
+    def holdout_info(self, total_steps: int, eval_every: int) -> dict[str, str]:
+        """The start line's holdout: its size and cost (tasks/holdout.py), none without one."""
+        if self.holdout is None:
+            return {}
+        return {"holdout": holdout_cost(len(self.holdout), self.held_out, total_steps, eval_every)}
 
     @property
     def chooses_on(self) -> dict[str, Features]:
@@ -77,7 +83,9 @@ def load_task_data(recipe: Recipe, tokenizer) -> TaskData:
     if cfg.holdout <= 0:
         return TaskData(spec, kind, train, dev, sentences=sentences)
     kept, held = holdout_split(kind, train.labels, cfg.holdout)
-    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, held), sentences=sentences)
+    scored = holdout_sample(kind, train.labels, held, cfg.max_holdout_examples)
+    return TaskData(spec, kind, subset(train, kept), dev, holdout=subset(train, scored), sentences=sentences,
+                    held_out=len(held))
 
 
 def plan_total_steps(recipe: Recipe, n_train: int, world_size: int = 1) -> int:
@@ -186,6 +194,14 @@ def _check_same_head(last: Path, task: TaskType, recipe: Recipe) -> None:
         saved = json.loads((last / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # the loading names what is wrong with it
+    kind = task.auto_class.removeprefix("AutoModel")  # "ForCausalLM", "ForSequenceClassification"
+    built = next((a for a in saved.get("architectures") or () if isinstance(a, str)), None)
+    if built is not None and not built.endswith(kind):
+        # A causal LM's last/ under a classifier's task (or the other way): the optimizer state of one model
+        # would meet the other's parameter groups (torch's error, exit 1).
+        raise RunDirError(f"{recipe.output_dir}: the run's recipe no longer matches its checkpoint: config.yaml names task "
+                          f"{recipe.task.name} (a {task.name.replace('_', ' ')} model, *{kind}), but last/ holds a "
+                          f"{built}: config.yaml changed since the run began; put its task back, or start a new run")
     wanted = task.head_config()
     if not wanted:  # no head of its own (a causal LM): nothing to disagree with
         return
@@ -204,8 +220,9 @@ def _load_model(recipe: Recipe, task: TaskType, last: Path | None, adapter: Any)
     adapter's own files from last/."""
     if last is not None and adapter is None:
         theta_star = checkpoint.load_theta_star(Path(recipe.output_dir))
-        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code), theta_star), None
-    built = build_model(recipe.model, task, recipe.train.seed)
+        return BuiltModel(load_checkpoint_model(last, task, recipe.model.trust_remote_code,
+                                                weight_dtype(recipe.model)), theta_star), None
+    built = build_model(recipe.model, task, recipe.train.seed, weight_dtype(recipe.model))
     if adapter is None:
         return built, None
     adapted = adapter.wrap(built.model, recipe, task)
@@ -250,6 +267,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     # No process here forks tokenizers, but a user's DataLoader might: keep the Rust pool quiet.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = resolve_device(tc.device, ctx.local_rank if ctx.enabled else None)
+    ctx.shards = ctx.enabled and tc.distributed == "fsdp"  # FSDP2 instead of DDP (training/fsdp.py)
     seed_everything(tc.seed)
     report = preflight.Preflight()
 
@@ -275,10 +293,10 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
     adapter = next((m for m in on if m.is_adapter), None)
     # under train.epochs the recipe alone cannot know the run's steps
-    _method_problems([p for m in on for p in m.check_steps(recipe, total_steps)], report, dry_run)
+    _method_problems([p for m in on for p in registry.asked(m, "check_steps", recipe, total_steps)], report, dry_run)
     lengths = [len(ids) for ids in task.train.input_ids]
     config = load_config(source, recipe.model.trust_remote_code)  # once: the step plan and preflight read it
-    _method_problems([p for m in on for p in m.check_inputs(recipe, config)], report, dry_run)  # files, the model's layers
+    _method_problems([p for m in on for p in registry.asked(m, "check_inputs", recipe, config)], report, dry_run)  # files, the model's layers
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
@@ -301,6 +319,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         return prepared  # the model would only add noise to a run that cannot start
 
     prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
+    if tc.gradient_checkpointing:  # refused here, before the run directory is touched
+        enable_gradient_checkpointing(prepared.built.model)
     if ctx.rank > 0:
         seed_everything(tc.seed + 10_007 * ctx.rank)  # the same weights everywhere, another dropout stream per rank
     return prepared
@@ -324,15 +344,6 @@ class Compute:
     autocast: AbstractContextManager
     params: list[torch.nn.Parameter]  # what the gradient norm is clipped over
     part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
-
-
-@dataclass
-class MethodParts:
-    """The methods the plan turns on, started for this run."""
-
-    terms: list[Term] = field(default_factory=list)  # their loss terms (training/loss.py)
-    runs: list[MethodRun] = field(default_factory=list)  # each method on: its hooks in this run
-    info: dict[str, str] = field(default_factory=dict)  # the start line's words on them
 
 
 @dataclass
@@ -373,14 +384,19 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     model, theta_star, p.built.theta_star = p.built.model, p.built.theta_star, None
     model.to(device)
     model.train()
+    if ctx.shards:  # FSDP2 (training/fsdp.py): sharded before the optimizer, which is built on the shards
+        fsdp.shard_model(model, device, p.precision)
     optimizer = build_optimizer(model, theta_star, recipe, p.plan)
-    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank)
+    if ctx.shards:
+        fsdp.shard_anchors(optimizer)  # each rank keeps its rows of theta*, like its parameters' (no full copy)
+    pairs = list(optimizer.anchored())  # theta* lives in the optimizer's state (a full copy per rank under DDP)
     if p.adapter is not None:  # theta* by the adapted layers' names; the distance is the adapter's update
         functional, pairs = p.adapter.theta_star_names(theta_star), []
     else:
         functional = theta_star  # what makes `model` compute theta*'s function (for the probes and the anchor)
         if not pairs:  # adamw: keep theta* only to measure forgetting
-            pairs = [(q, theta_star[n].to(device, anchor_dtype(recipe))) for n, q in model.named_parameters() if n in theta_star]
+            pairs = [(q, fsdp.like(q, theta_star[n].to(device, anchor_dtype(recipe))))
+                     for n, q in model.named_parameters() if n in theta_star]
     scaler = torch.amp.GradScaler(device.type, enabled=p.precision == "fp16")
     pad_id = p.tokenizer.pad_token_id if p.tokenizer.pad_token_id is not None else 0
 
@@ -423,8 +439,7 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         optimizer=optimizer, pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
-        methods=MethodParts([term for run in runs for term in run.terms], runs,
-                            {k: v for run in runs for k, v in run.info.items()}),
+        methods=MethodParts.of(runs),
         adapter=p.adapter, unused=p.unused,
     )
 
@@ -464,7 +479,10 @@ def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, start, new_dir
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
     state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on
-    optimizer.load_state_dict(p.saved.optimizer["optimizer"])
+    if ctx.shards:  # last/ holds the consolidated state (by parameter name): each rank keeps its shards
+        fsdp.load_optimizer(p.built.model, optimizer, p.saved.optimizer["optimizer"])
+    else:
+        optimizer.load_state_dict(p.saved.optimizer["optimizer"])
     if p.saved.optimizer.get("scaler"):
         scaler.load_state_dict(p.saved.optimizer["scaler"])
     checkpoint.restore_rng(p.saved.rng, p.device)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ..registry import Family, Method, MethodRun, register_method
+from ...plugins.methods import Family, Method, MethodRun, register_method
 from .texts import TASK, check_source, source_words
 
 

@@ -21,7 +21,7 @@ from ...distributed import shard
 from ...recipe import Recipe
 from ...tasks import Features
 from ...tasks.batches import BatchOrder, pad_inputs, padded_length
-from ..registry import MethodRun
+from ...plugins.methods import MethodRun
 from ..teacher import copy_bytes, frozen_copy
 from . import texts as anchor_texts
 from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples

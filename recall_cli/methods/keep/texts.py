@@ -18,8 +18,6 @@ which rows or texts the run will read (theta*'s features are computed for those 
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +64,13 @@ def check_source(keep: Any) -> list[str]:
     return problems
 
 
+def next_token_texts(keep: Any) -> Any:
+    """keep as the LM anchor (methods/lmkeep/) reads it: keep.texts=task (this anchor's default) means the pool."""
+    from dataclasses import replace
+
+    return replace(keep, texts=POOL) if keep.texts == TASK else keep
+
+
 def read_texts(keep: Any) -> list[str]:
     """The anchor's texts, whitespace-normalised, blank ones left out. PreflightError (one line naming
     the key, the file and the fix) for a file that is missing, not UTF-8, without the column, or empty."""
@@ -93,25 +98,20 @@ def read_texts(keep: Any) -> list[str]:
 
 
 def _column(path: Path, text: str, wanted: str | None) -> tuple[str, list[dict]]:
-    """(the column the texts are in, the file's rows as dicts)."""
-    if path.suffix.lower() == ".jsonl":
-        rows = []
-        for i, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    row = None
-                if not isinstance(row, dict):
-                    raise PreflightError(f"keep.texts: {path}: line {i} is not a JSON object (a .jsonl file holds one "
-                                         "object a line)")
-                rows.append(row)
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-    else:  # GLUE TSVs have quotes that do not pair up: split on the delimiter only, as probes/sets.py does
-        delimiter = "," if path.suffix.lower() == ".csv" else "\t"
-        reader = csv.DictReader(text.splitlines(), delimiter=delimiter,
-                                quoting=csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE)
-        rows, columns = list(reader), [c for c in (reader.fieldnames or []) if c is not None]
+    """(the column the texts are in, the file's rows as dicts), read by the task files' own reader (tasks/files.py):
+    a line nested too deeply, a field past csv's size limit, a malformed row are refused as a task's file is."""
+    from ...errors import DataError
+    from ...tasks.files import jsonl_objects, table_records
+
+    try:
+        if path.suffix.lower() == ".jsonl":
+            rows = [row for _, row in jsonl_objects(path, text)]
+            columns = list(dict.fromkeys(key for row in rows for key in row))
+        else:  # GLUE TSVs have quotes that do not pair up: a .tsv is split on tabs only, as the task's rows are
+            columns, records = table_records(path, text, path.suffix.lower())
+            rows = [row for _, row in records]
+    except DataError as exc:
+        raise PreflightError(f"keep.texts: {exc}") from None
     shown = ", ".join(map(str, columns)) or "none"
     if wanted is not None:
         if wanted not in columns:

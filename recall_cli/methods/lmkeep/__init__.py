@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..keep.texts import POOL, TASK, check_source, source_words
-from ..registry import Family, Method, MethodRun, register_method
+from ..keep.texts import TASK, check_source, next_token_texts, source_words
+from ...plugins.methods import Family, Method, MethodRun, register_method
 
 
 class NextTokenAnchorMethod(Method):
@@ -29,7 +29,7 @@ class NextTokenAnchorMethod(Method):
 
     def describe(self, recipe: Any) -> str:
         """"LM anchor 0.5 (next-token KL on the general pool)"."""
-        return f"LM anchor {recipe.keep.next_token:g} (next-token KL on {source_words(_texts(recipe.keep))})"
+        return f"LM anchor {recipe.keep.next_token:g} (next-token KL on {source_words(next_token_texts(recipe.keep))})"
 
     def check(self, recipe: Any) -> list[str]:
         k = recipe.keep
@@ -42,10 +42,19 @@ class NextTokenAnchorMethod(Method):
     def check_inputs(self, recipe: Any, config: Any) -> list[str]:
         from ...tasks import task_for
 
+        from ...errors import PreflightError
+        from ..keep.texts import read_texts
+
         if task_for(recipe.task).num_labels:
             return [f"keep.next_token: the LM anchor keeps next-token distributions: it needs a causal-LM task "
                     f"(task.name sst2_lm or custom_lm), not {recipe.task.name}"]
-        return _probe_overlap(recipe)
+        # The texts the run will read, read here: the dry run refuses the file (missing, empty, not UTF-8) the run
+        # refuses. When the embedding anchor reads the same file, it names the file's problem (once).
+        try:
+            anchored = read_texts(next_token_texts(recipe.keep))
+        except PreflightError as exc:
+            return [] if recipe.keep.embeddings > 0 and recipe.keep.texts != TASK else [str(exc)]
+        return _probe_overlap(recipe, anchored)
 
     def extra_bytes(self, run: Any) -> int:
         """The frozen theta* beside the student."""
@@ -69,32 +78,23 @@ class LmAnchorRun(MethodRun):
         self.term.at(position)
 
 
-def _probe_overlap(recipe: Any) -> list[str]:
-    """An anchor on the texts the lm and kl probes score would make their kept share meaningless: refused."""
-    probe = recipe.probe
-    if not probe.enabled or not {"lm", "kl"} & set(probe.probes):
-        return []
+def _probe_overlap(recipe: Any, anchored: list[str]) -> list[str]:
+    """An anchor on the texts the lm and kl probes score would make their kept share meaningless: refused whether or
+    not this run probes (`recall probe` scores the same texts later), as the embedding anchor refuses its probes'."""
     from ...errors import RecallError
     from ...probes.sets import DEFAULT_LM_TEXTS, load_texts, overlap
-    from ..keep.texts import read_texts
 
+    probe = recipe.probe
     try:
-        scored, anchored = load_texts(probe.texts_file or DEFAULT_LM_TEXTS), read_texts(_texts(recipe.keep))
+        scored = load_texts(probe.texts_file or DEFAULT_LM_TEXTS)
     except RecallError:
-        return []  # the probes and the anchor each report their own file
+        return []  # the probes report their own file
     shared = overlap(anchored, scored)
     if not shared:
         return []
     return [f"keep.next_token: {shared} of the LM anchor's {len(anchored)} texts are texts the lm/kl probes score "
             f"({probe.texts_file or DEFAULT_LM_TEXTS}): the kept share would measure what the anchor optimizes; "
             "remove them from keep.texts (or use keep.texts=pool)"]
-
-
-def _texts(keep: Any) -> Any:
-    """keep as the LM anchor reads it: keep.texts=task (the embedding anchor's default) means the pool."""
-    from dataclasses import replace
-
-    return replace(keep, texts=POOL) if keep.texts == TASK else keep
 
 
 register_method(NextTokenAnchorMethod())

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ...distributed import shard
 from ...tasks.batches import pad_inputs
-from ..keep.texts import read_texts, text_order, tokenize_texts
+from ..keep.texts import next_token_texts, read_texts, text_order, tokenize_texts
 from ..teacher import frozen_copy
 
 
@@ -47,10 +47,8 @@ class NextTokenAnchor:
 
 def build_term(run: Any) -> tuple[NextTokenAnchor, str]:
     """The run's term (``run``: training/methods.py's RunView) and the start line's words on it."""
-    from . import _texts
-
     recipe = run.recipe
-    keep = _texts(recipe.keep)
+    keep = next_token_texts(recipe.keep)
     texts = read_texts(keep)
     features = tokenize_texts(texts, run.tokenizer, recipe.task.max_seq_length)
     order = text_order(len(texts), recipe, run.world_size)

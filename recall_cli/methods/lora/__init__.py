@@ -1,7 +1,7 @@
-"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (methods/adapter.py):
+"""LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (plugins/adapter.py):
 theta* stays frozen, low-rank adapters learn the update, the classification head trains in full.
 
-    peft_lora.py   wrapping, counting, saving and loading with peft (merging: methods/adapter.PeftAdapted)
+    peft_lora.py   wrapping, counting, saving and loading with peft (merging: plugins/adapter.PeftAdapted)
     corda.py       CorDA's start: the calibration sentences, their covariances, the cached decomposition
 
 "LoRA learns less and forgets less" (Biderman et al. 2024, arXiv 2405.09673), on the same trade-off curve
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ..adapter import Adapter, PeftAdapted
-from ..registry import Family, register_method
+from ...plugins.adapter import Adapter, PeftAdapted
+from ...plugins.methods import Family, register_method
 
 
 class PeftLora(PeftAdapted):

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from ...errors import PreflightError, RunDirError
-from ..adapter import check_named_targets, linear_names, one_thread
+from ...plugins.adapter import check_named_targets, linear_names, one_thread
 
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 PEFT_PREFIX = "base_model.model."  # how peft's adapter files name the classifier's modules

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...rundir.layout import LP_DIR
-from ..registry import Family, Method, MethodRun, register_method
+from ...plugins.methods import Family, Method, MethodRun, register_method
 
 
 class LinearProbeThenFinetune(Method):

@@ -1,8 +1,8 @@
 """OSF, orthogonal subspace fine-tuning (Nayak et al. 2025, arXiv 2504.07097), through peft's OSFConfig,
-as an adapter (methods/adapter.py): each targeted weight keeps its top singular directions frozen and
+as an adapter (plugins/adapter.py): each targeted weight keeps its top singular directions frozen and
 trains only the smallest ``model.osf.rank``, with their gradients projected off the frozen subspace.
 
-    peft_osf.py   wrapping, saving and loading with peft (merging is the peft base's: methods/adapter.PeftAdapted)
+    peft_osf.py   wrapping, saving and loading with peft (merging is the peft base's: plugins/adapter.PeftAdapted)
 
 Where LoRA adds a low-rank update in any direction (and at high learning rates adds "intruder"
 directions, arXiv 2410.21228), OSF moves a weight only within the subspace its pretrained spectrum uses
@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ..adapter import Adapter, PeftAdapted
-from ..registry import Family, register_method
+from ...plugins.adapter import Adapter, PeftAdapted
+from ...plugins.methods import Family, register_method
 
 
 class PeftOsf(PeftAdapted):

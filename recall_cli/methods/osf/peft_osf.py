@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ...errors import PreflightError, RunDirError
-from ..adapter import check_named_targets, linear_names, one_thread
+from ...plugins.adapter import check_named_targets, linear_names, one_thread
 
 ADAPTER_DIR = "adapter"  # beside a checkpoint's merged weights
 TRAINED = "osf_svd_params"  # the trainable parts' name in peft's layers

@@ -1,0 +1,61 @@
+"""How the model's weights and activations are held in memory: model.dtype (the weights' dtype, auto = the
+checkpoint's own) and train.gradient_checkpointing (transformers' activation checkpointing). docs/scaling.md."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from ..errors import PreflightError
+from ..model import GGUF_SUFFIX, model_location, resolve_name_or_path
+from ..recipe import ModelConfig
+
+# model.dtype's names -> torch dtypes; "auto" is the checkpoint's own (weight_dtype).
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_GGUF_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
+
+
+def checkpoint_dtype(location: str) -> str:
+    """The dtype a checkpoint stores its weights in, as model.dtype names it: config.json's dtype (torch_dtype
+    in older files), or a GGUF file's most common weight type; fp32 where neither says (a quantized GGUF is
+    dequantized to fp32)."""
+    name = resolve_name_or_path(location)
+    if name.endswith(GGUF_SUFFIX):
+        try:
+            import gguf
+
+            kinds = Counter(t.tensor_type.name for t in gguf.GGUFReader(name).tensors if len(t.shape) > 1)
+        except Exception:  # noqa: BLE001 - unreadable here: the loader names the problem
+            return "fp32"
+        return _GGUF_DTYPES.get(kinds.most_common(1)[0][0], "fp32") if kinds else "fp32"
+    config = Path(name).expanduser() / "config.json"
+    try:
+        values = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    except (OSError, ValueError):
+        values = {}
+    written = str(values.get("dtype") or values.get("torch_dtype") or "float32")
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(written, "fp32")
+
+
+def weight_dtype(cfg: ModelConfig) -> torch.dtype:
+    """The torch dtype model.dtype loads the weights in (auto: the checkpoint's)."""
+    name = getattr(cfg, "dtype", "fp32")
+    if name == "auto":
+        name = checkpoint_dtype(model_location(cfg.name_or_path, cfg.gguf_file))
+    return DTYPES[name]
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """train.gradient_checkpointing: transformers' own, non-reentrant (it works with frozen inputs, LoRA, DDP and
+    FSDP, and recomputes each layer's forward in the backward pass instead of keeping its activations)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise PreflightError(f"train.gradient_checkpointing: {type(model).__name__} has no gradient checkpointing in "
+                             "transformers: set train.gradient_checkpointing=false (or a smaller train.batch_size)")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
