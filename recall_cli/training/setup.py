@@ -451,7 +451,9 @@ def _start_of_run(p: Prepared, model: torch.nn.Module, functional: dict[str, tor
     before step 1 and saves them; a resumed one, whose model holds last/'s, reads them back, so the
     teacher is the same bit for bit."""
     if p.saved is None:
-        return {name: q.detach().clone() for name, q in model.named_parameters() if name not in functional}
+        # under FSDP each rank gathers the whole of each (a collective, in the same order everywhere) to save it
+        return {name: q.detach().full_tensor() if fsdp.is_sharded(q) else q.detach().clone()
+                for name, q in model.named_parameters() if name not in functional}
     kept = checkpoint.load_start(Path(p.recipe.output_dir))
     if kept is None and p.plan.methods and any(name not in functional for name, _ in model.named_parameters()):
         reporter.warn(f"{p.recipe.output_dir} was started before recall kept the new head's start "
