@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from recall_cli.methods import active
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.probes.runner import prober_for_run
 from recall_cli.recipe import load_recipe
@@ -49,7 +50,7 @@ def main() -> None:
     total = plan_total_steps(recipe, len(task.train))
     built = build_model(recipe.model, task.kind, tc.seed)
     model = built.model.to(device).train()
-    optimizer = build_optimizer(model, built.theta_star, recipe, plan_run(recipe, total, StepPlan(None, "eager", "fp32", "")))
+    optimizer = build_optimizer(model, built.theta_star, recipe, plan_run(recipe, total, StepPlan(None, "eager", "fp32", ""), active(recipe)))
     order = BatchOrder(len(task.train), tc.batch_size, tc.seed)
     pad = tokenizer.pad_token_id or 0
 

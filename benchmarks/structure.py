@@ -13,7 +13,10 @@
   recall_cli from the training code's entry to the first step, in order, as the sequence of modules
   entered; "stays" is that sequence with repeats collapsed, "climbs back up" the moves from a module
   into one that imports it (directly or not), i.e. a call against the import arrows (a callback, or a
-  lower layer asking an upper one).
+  lower layer asking an upper one). Two narrower walks: the calls handed the recipe (or a section of it),
+  and the calls handed anything derived from it (the recipe, its sections, and every object such a call
+  returned: the plan, the task's data, the model, ...), the value's whole trip as farm-studio's
+  `walk recall_cli/training/loop.py:finetune:recipe` follows it from the code's text.
 
 Functions and modules over the size limits (80 lines, 500 lines) are listed too.
 """
@@ -182,6 +185,33 @@ def walk(graph: dict[str, set[str]]) -> dict:
                     return True
             return False
 
+        # The walk of everything derived from the recipe (farm-studio's `walk ...:finetune:recipe` follows the
+        # same, from the code's text): a call counts when it is handed the recipe, a section of it, or an object
+        # that a counted call returned (the plan, the task's data, the model, the Training, ...). Numbers, strings
+        # and None are left out: they are shared by value, so their identity says nothing of where they came from.
+        derived: dict[int, object] = {}  # id -> the object (held, so that its id is not reused)
+        counted_frames: set[int] = set()
+        with_derived: list[str] = []
+        derived_step: list[int] = []
+        plain = (int, float, complex, str, bytes, bool, type(None))
+
+        def is_derived(value) -> bool:
+            return (id(value) in derived or isinstance(value, Recipe)
+                    or type(value).__module__ == "recall_cli.recipe.schema")
+
+        def handed_derived(frame) -> bool:
+            code = frame.f_code
+            count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+            for arg in code.co_varnames[:count]:
+                value = frame.f_locals.get(arg)
+                if is_derived(value):
+                    return True
+                if isinstance(value, (tuple, list)) and any(is_derived(v) for v in value[:16]):
+                    return True
+                if isinstance(value, dict) and any(is_derived(v) for v in list(value.values())[:16]):
+                    return True
+            return False
+
         def hook(frame, event, arg):
             if event == "call":
                 name = frame.f_globals.get("__name__", "")
@@ -189,9 +219,18 @@ def walk(graph: dict[str, set[str]]) -> dict:
                     entered.append(name)
                 if name in known and holds_recipe(frame) and (not with_recipe or with_recipe[-1] != name):
                     with_recipe.append(name)
+                if name in known and handed_derived(frame):
+                    counted_frames.add(id(frame))
+                    if not with_derived or with_derived[-1] != name:
+                        with_derived.append(name)
                 if frame.f_code.co_name == "train_step" and not first_step:
                     first_step.append(len(entered))
                     recipe_step.append(len(with_recipe))
+                    derived_step.append(len(with_derived))
+            elif event == "return" and id(frame) in counted_frames:
+                counted_frames.discard(id(frame))
+                if not first_step and not isinstance(arg, plain):
+                    derived[id(arg)] = arg
 
         sys.setprofile(hook)
         try:
@@ -211,9 +250,14 @@ def walk(graph: dict[str, set[str]]) -> dict:
     rstart = next((i for i, m in enumerate(with_recipe) if m == "recall_cli.training.loop"), 0)
     rstays = with_recipe[rstart:recipe_step[0] if recipe_step else len(with_recipe)]
     rclimbs = sum(1 for a, b in zip(rstays, rstays[1:]) if a in reach.get(b, set()))
+    # Everything derived from it (the issue-54 ruler): loops counted once, as the set-up's walk is.
+    dstart = next((i for i, m in enumerate(with_derived) if m == "recall_cli.training.loop"), 0)
+    dstays = collapse_loops(with_derived[dstart:derived_step[0] if derived_step else len(with_derived)])
+    dclimbs = sum(1 for a, b in zip(dstays, dstays[1:]) if a in reach.get(b, set()))
     return {"stays": len(stays), "modules": len(set(stays)), "climbs_back_up": climbs,
             "recipe_stays": len(rstays), "recipe_modules": len(set(rstays)), "recipe_climbs_back_up": rclimbs,
-            "recipe_path": rstays}
+            "recipe_path": rstays, "derived_stays": len(dstays), "derived_modules": len(set(dstays)),
+            "derived_climbs_back_up": dclimbs, "derived_path": dstays}
 
 
 def main() -> int:

@@ -47,7 +47,7 @@ _NOT_METRICS = ("step", "split", "main", "distance")
 
 def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
                probe: dict[str, Any] | None, distance: float | None, version: str | None = None,
-               anneal_t0: float | None = None) -> str:
+               anneal_t0: float | None = None, methods: Any = None) -> str:
     """The README.md of ``checkpoint`` ("best" or "last") of a run trained with ``recipe`` (a
     recipe.Recipe), saved at ``step``: ``evaluation`` and ``probe`` are the latest eval and probe
     records of metrics.jsonl at or before that step (or None), ``distance`` ‖θ − θ*‖ at that step."""
@@ -56,7 +56,7 @@ def model_card(recipe: Any, *, checkpoint: str, step: int, total_steps: int, eva
     meta = _metadata(recipe, checkpoint, step, evaluation)
     front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     parts = [f"---\n{front}---\n", MARKER, "", *_body(recipe, checkpoint, step, total_steps, evaluation, probe,
-                                                        distance, version, anneal_t0)]
+                                                        distance, version, anneal_t0, methods)]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
@@ -174,7 +174,8 @@ def _split_key(key: str, suffixes: list[str]) -> tuple[str, str]:
 
 
 def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation: dict[str, Any] | None,
-          probe: dict[str, Any] | None, distance: float | None, version: str, anneal_t0: float | None) -> list[str]:
+          probe: dict[str, Any] | None, distance: float | None, version: str, anneal_t0: float | None,
+          methods: Any) -> list[str]:
     o, t, m = recipe.optimizer, recipe.train, recipe.model
     entry = OPTIMIZERS.get(o.name)
     label = entry.label if entry else o.name
@@ -199,7 +200,7 @@ def _body(recipe: Any, checkpoint: str, step: int, total_steps: int, evaluation:
                   f"| annealing | {o.anneal_fun}, w = {_g(o.anneal_w)} |"]
         if o.recall_floor > 0:
             lines.append(f"| floor (`recall_floor`) | {_g(o.recall_floor)} |")
-    for method in registry.active(recipe):
+    for method in registry.active(recipe) if methods is None else methods:  # a run passes its plan's
         lines += [f"| {name} | {value} |" for name, value in method.card_rows(recipe)]
     lines += [f"| learning rate | {_g(o.lr)} |",
               f"| steps | {step} of {total_steps} |",

@@ -266,7 +266,9 @@ def test_theta_star_names_compute_theta_stars_function_and_the_norm_is_the_merge
 
     trainable, _ = adapted.trainable_counts()
     config = AutoConfig.from_pretrained(tiny_model_dir)
-    assert preflight.parameter_counts(config, binary_task(), recipe)[2] == trainable
+    from recall_cli.methods import active_adapter
+
+    assert preflight.parameter_counts(config, binary_task(), recipe, active_adapter(recipe))[2] == trainable
 
 
 @pytest.mark.parametrize("kind", ["pissa", "osf"])

@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 from recall_cli.cli import app
 from recall_cli.errors import PreflightError
 from recall_cli.methods.keep.build import build_anchor
-from recall_cli.methods.keep.term import EmbeddingAnchor, TextAnchor, features, pool, theta_star_copy
+from recall_cli.methods.keep.term import EmbeddingAnchor, TextAnchor, features, pool
+from recall_cli.methods.teacher import frozen_copy
 from recall_cli.methods.keep.texts import ORDER_SALT, probe_overlap, read_texts
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.recipe import recipe_from_dict
@@ -186,7 +187,7 @@ def test_the_anchor_on_the_pool_is_the_distance_of_a_second_forward_computed_by_
 
     drawn = [texts[i] for i in order.batch(5)]
     inputs = tokenizer(drawn, padding=True, truncation=True, max_length=48, return_tensors="pt")
-    reference = theta_star_copy(model, theta_star)
+    reference = frozen_copy(model, theta_star)
     with torch.no_grad():
         star = pool(reference(**inputs, output_hidden_states=True).hidden_states[-1], inputs["attention_mask"], "mean")
     student = pool(model(**inputs, output_hidden_states=True).hidden_states[-1], inputs["attention_mask"], "mean")
@@ -249,7 +250,7 @@ def test_the_cache_holds_only_the_training_rows_the_run_draws(tiny_model_dir, tm
     assert anchor.slot[rows].tolist() == list(range(24)) and int((anchor.slot >= 0).sum()) == 24
     assert plan.line.startswith("theta*'s embeddings of the 24 training examples the run draws (of 96) cached (0.0 MiB")
     # each cached row is theta*'s pooled embedding of its example (as the pre-pass of every row gives it)
-    reference = theta_star_copy(built.model, built.theta_star)
+    reference = frozen_copy(built.model, built.theta_star)
     picked = [rows[0], rows[7], rows[-1]]
     inputs = task.kind.collate(task.train, picked, tokenizer.pad_token_id, None, 48)
     inputs.pop("labels")

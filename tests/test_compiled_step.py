@@ -432,11 +432,11 @@ def test_under_ddp_a_failed_compile_stops_instead_of_retrying_eagerly(tiny_model
     prepared = prepare(recipe_from_dict(raw, "ddp"), Distributed(), Start.NEW, Reporter())
     t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
     batches, _ = train.micro_batches(t)
-    t.forward = failing_compile(t.model, CPU)
+    t.compute.forward = failing_compile(t.model, CPU)
     t.ctx = types.SimpleNamespace(enabled=True, no_sync=lambda model, skip: contextlib.nullcontext())
     loop = object.__new__(train._Loop)
-    loop.t, loop.reporter, loop.shapes = t, Reporter(), compiled.ShapeLog(t.compile_record)
+    loop.t, loop.reporter, loop.shapes = t, Reporter(), compiled.ShapeLog(t.compute.compile_record)
     with pytest.raises(CompileError, match="the compiled step failed under DDP, where it cannot be retried eagerly: "
                                            "RuntimeError: BackendCompilerFailed"):
         loop.forward_backward(batches)
-    assert t.compile_record.fallback is None  # not recorded as a fallback: the run stops
+    assert t.compute.compile_record.fallback is None  # not recorded as a fallback: the run stops

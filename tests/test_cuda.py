@@ -183,17 +183,17 @@ def test_cuda_graph_step_accumulates_every_micro_batch(tmp_path):
                       train={"device": DEVICE, "precision": "fp32", "compile": "on", "grad_accum": 2})
     prepared = prepare(recipe_from_dict(raw, "graphs"), Distributed(), Start.NEW, Reporter())
     t = set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
-    assert t.compile_record.mode == "reduce-overhead" and t.graph_grads
+    assert t.compute.compile_record.mode == "reduce-overhead" and t.compute.graph_grads
     for _ in range(3):  # warm-up, recording, then replays
         batches, _ = train.micro_batches(t)
         graph_loss = train.train_step(t, batches).item()
-        graph_grads = [p.grad.clone() for p in t.params]
+        graph_grads = [p.grad.clone() for p in t.compute.params]
         t.optimizer.zero_grad(set_to_none=False)
-        compiled_forward, t.forward = t.forward, t.model
+        compiled_forward, t.compute.forward = t.compute.forward, t.model
         eager_loss = train.train_step(t, batches).item()
-        t.forward = compiled_forward
+        t.compute.forward = compiled_forward
         assert abs(graph_loss - eager_loss) <= 1e-4 * max(1.0, abs(eager_loss))
-        for g, p in zip(graph_grads, t.params):
+        for g, p in zip(graph_grads, t.compute.params):
             torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5)
         train.optimizer_step(t)
 

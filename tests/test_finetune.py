@@ -302,6 +302,7 @@ def test_save_final_keeps_what_later_commands_read_and_drops_what_only_resume_ne
     assert (lean / "best" / "model.safetensors").is_file() and (lean / "last" / "model.safetensors").is_file()
     assert (lean / "summary.json").is_file() and (lean / "metrics.jsonl").is_file()
     assert not (lean / "anchor.safetensors").exists() and not (lean / "last" / "optimizer.pt").exists()
+    assert not (lean / "start.safetensors").exists() and (full / "start.safetensors").is_file()  # the teacher's head
     assert not (lean / "checkpoints").exists() and (full / "checkpoints").is_dir()
     # theta* and Adam's two moments are most of a run: the lean run keeps well under half of it.
     assert size(lean) < 0.6 * size(full), (size(lean), size(full))

@@ -132,6 +132,7 @@ def test_blocks_are_each_models_transformer_layers():
     ({"model": {"lora": {"r": 4}}, "optimizer": {"name": "adamw"}}, "lora (model.lora.r) cannot shard yet"),
 ])
 def test_what_fsdp_cannot_shard_is_refused_by_name(tiny_model_dir, tmp_path, sections, named):
+    from recall_cli.plugins.methods import active
     from recall_cli.recipe import build_recipe
     from recall_cli.training import preflight
 
@@ -143,7 +144,7 @@ def test_what_fsdp_cannot_shard_is_refused_by_name(tiny_model_dir, tmp_path, sec
     recipe, problems = build_recipe(raw, check_files=False)
     assert not problems
     report = preflight.Preflight()
-    preflight.check_fsdp(report, recipe, world_size=2)
+    preflight.check_fsdp(report, recipe, world_size=2, on=active(recipe))  # the plan's methods, as set-up hands them
     (check,) = report.checks
     assert check.status == "fail" and named in check.message and check.error.exit_code == 2
 

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from recall_cli.tasks.batches import pad_inputs
 from recall_cli.cli import app
 from recall_cli.methods import active as active_methods, summary_block as method_block
-from recall_cli.methods.keep.term import EmbeddingAnchor, distance, embed_examples, pool, theta_star_copy
+from recall_cli.methods.keep.term import EmbeddingAnchor, distance, embed_examples, pool
+from recall_cli.methods.teacher import frozen_copy
 from recall_cli.model import build_model, load_checkpoint_model, load_tokenizer
 from recall_cli.optim import anneal_lambda, pull_weight
 from recall_cli.recipe import recipe_from_dict
@@ -245,6 +246,40 @@ def make_anchor(recipe, model, theta_star, task, pad_id, fresh: bool) -> Embeddi
     return anchor
 
 
+@pytest.mark.parametrize("steps", [12, 3])
+def test_preflights_memory_lists_the_anchors_bytes_at_their_measured_size(tiny_model_dir, tmp_path, steps, monkeypatch):
+    """The embedding anchor's ``extra_bytes`` in preflight's estimate: its cache of what the run draws (all 96
+    rows in 12 steps of 8, 24 in 3), then past the cache limit the frozen theta* beside the student, each the
+    size of the tensors the run builds; a run without methods has no such part."""
+    from recall_cli.methods.keep import build
+    from recall_cli.model import load_config
+    from recall_cli.training import preflight
+
+    recipe, built, task, pad_id = anchor_inputs(tiny_model_dir, tmp_path)
+    config, lengths = load_config(recipe.model.name_or_path), [len(ids) for ids in task.train.input_ids]
+
+    def estimate(r=recipe):
+        return preflight.estimate_memory(r, config, task.kind, CPU, "fp32", 1, lengths, active_methods(r), total_steps=steps)
+
+    def anchor():
+        return build_anchor(recipe, built.model, built.theta_star, task.train, total_steps=steps, device=CPU,
+                            autocast=nullcontext(), pad_id=pad_id, batch_size=16, fresh=True)[0]
+
+    cache = anchor().cache
+    assert cache.shape[0] == min(96, 8 * steps)
+    assert estimate().parts["method keep"] == cache.numel() * cache.element_size()
+    report = preflight.run_checks(recipe, load_tokenizer(recipe.model.name_or_path), config, preflight.Preflight(),
+                                  task=task.kind, device=CPU, precision="fp32", lengths=lengths, total_steps=steps,
+                                  on=active_methods(recipe))
+    memory = next(c for c in report.checks if c.name == "memory")
+    assert f"; method keep {cache.numel() * cache.element_size() / 2**30:.2f} GiB" in memory.message
+    monkeypatch.setattr(build, "CACHE_LIMIT_BYTES", 0)
+    frozen = anchor().theta_star
+    assert estimate().parts["method keep"] == sum(p.numel() * p.element_size() for p in frozen.parameters())
+    plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "unused", probe=NO_PROBE), "test")
+    assert not [part for part in estimate(plain).parts if part.startswith("method ")]
+
+
 def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_dir, tmp_path):
     recipe, built, task, pad_id = anchor_inputs(tiny_model_dir, tmp_path)
     model, theta_star = built.model.train(), built.theta_star
@@ -269,7 +304,7 @@ def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_d
     assert (wrong.cache - fresh.cache).abs().max().item() > 1e-3
 
     # The cache rows are theta*'s pooled embeddings, row i for example i, whatever the batching.
-    reference = theta_star_copy(moved, theta_star)
+    reference = frozen_copy(moved, theta_star)
     rows = [5, 0, 77]
     batch = task.kind.collate(task.train, rows, pad_id, None, recipe.task.max_seq_length)
     batch.pop("labels")
@@ -353,7 +388,7 @@ def embedding_drift(run_dir: Path, recipe: dict) -> float:
     rows = load_task_data(r, tokenizer).train
     model = load_checkpoint_model(run_dir / "last", binary_task())
     theta_star = load_file(str(run_dir / "anchor.safetensors"))
-    reference = theta_star_copy(model, theta_star)
+    reference = frozen_copy(model, theta_star)
 
     def batches():
         for start in range(0, len(rows), 32):
@@ -555,7 +590,7 @@ def test_linear_probe_steps_past_an_epochs_run_is_refused(tiny_model_dir, tmp_pa
 def test_under_lp_ft_the_anchor_follows_recadams_pull_as_recadam_applies_it(tiny_model_dir, tmp_path):
     """keep.schedule=recall: "the weight follows RecAdam's pull weight, max(anneal_w - lambda(t), recall_floor)".
     RecAdam anneals on each parameter's own step count, which for the encoder starts only after the head
-    phase; the anchor's schedule (methods/keep/build.recall_schedule) reads the run's step. Under LP-FT the
+    phase; the anchor's schedule (the run's plan: RunPlan.pull_at) reads the run's step. Under LP-FT the
     two weights then differ at every step after the phase."""
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "out", probe=NO_PROBE,
                          keep={"embeddings": 2.0, "schedule": "recall"},

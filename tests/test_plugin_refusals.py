@@ -253,3 +253,23 @@ def test_a_run_whose_plugin_term_returns_a_float_ends_in_one_line(tmp_path, tiny
         "error: the method plugin shrink (recall_shrink_plugin): its loss term 'shrink' returned float, not a tensor: "
         "return a scalar tensor computed from the model's outputs")
     assert "Traceback" not in out.stderr
+
+
+# ---- a plugin's memory (extra_bytes) is a whole number of bytes --------------------------------------
+
+
+@pytest.mark.parametrize("body, words", [("return 1.5e9", "extra_bytes() returned 1500000000.0, not a number of bytes"),
+                                         ("return -1", "extra_bytes() returned -1, not a number of bytes"),
+                                         ("raise KeyError('hidden')", "extra_bytes() raised KeyError")])
+def test_a_plugins_extra_bytes_is_held_to_an_int(install, body, words):
+    source = (HEAD + "class Mem(Method):\n    name, label, switch = 'mem', 'mem', 'mem.weight'\n"
+              f"    def extra_bytes(self, run):\n        {body}\n"
+              "class Fine(Method):\n    name, label, switch = 'fine', 'fine', 'fine.weight'\n"
+              "    def extra_bytes(self, run):\n        return 2048\n"
+              "register_method(Mem())\nregister_method(Fine())\n")
+    install(mem=source)
+    entries = {m.name: m for m in registry.methods()}
+    with pytest.raises(PluginError, match=r"^the method plugin mem \(plug_mem_\d+\): ") as caught:
+        registry.extra_bytes(entries["mem"], None)
+    assert words in str(caught.value)
+    assert registry.extra_bytes(entries["fine"], None) == 2048

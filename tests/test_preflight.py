@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from recall_cli.training import checkpoint, preflight
 from recall_cli.cli import app
 from recall_cli import model
+from recall_cli.methods import active
 from recall_cli.model import build_model
 from recall_cli.recipe import ModelConfig, recipe_from_dict
 from recall_cli.testing import save_with_tokenizer, tiny_bert
@@ -166,12 +167,12 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
     tokenizer = load_tokenizer(str(tiny_model_dir))
     lengths = [48] * 96
     device = torch.device("cpu")
-    full = preflight.estimate_memory(recipe, model.load_config(str(tiny_model_dir)), binary_task(), device, "fp32", 1, lengths)
+    full = preflight.estimate_memory(recipe, model.load_config(str(tiny_model_dir)), binary_task(), device, "fp32", 1, lengths, [])
     # Just below the estimate: halving the batch (with grad_accum doubled) or the length fits.
     monkeypatch.setattr(preflight, "available_ram", lambda: full.total_bytes - 1)
     config = model.load_config(str(tiny_model_dir))
     report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), task=binary_task(), device=device,
-                                  precision="fp32", lengths=lengths)
+                                  precision="fp32", lengths=lengths, on=[])
     check = next(c for c in report.checks if c.name == "memory")
     assert check.status == "warn" and report.memory.fits is False
     assert "would fit: train.batch_size=4 train.grad_accum=2 | model.anchor_dtype=bfloat16 | task.max_seq_length=24" \
@@ -179,7 +180,7 @@ def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkey
     # Two CPU processes share the machine's RAM: the estimate counts twice.
     monkeypatch.setattr(preflight, "available_ram", lambda: int(full.total_bytes * 1.5))
     report = preflight.run_checks(recipe, tokenizer, config, preflight.Preflight(), task=binary_task(), device=device,
-                                  precision="fp32", lengths=lengths, world_size=2)
+                                  precision="fp32", lengths=lengths, world_size=2, on=[])
     assert report.memory.needed_bytes == 2 * full.total_bytes and report.memory.fits is False
     processes = next(c for c in report.checks if c.name == "processes")
     assert processes.message == ("2 processes (share this machine's RAM): batch 8 per process x 2 x grad_accum 1 "
@@ -246,8 +247,8 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     plain = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"}), "r.yaml")
     with_lora = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"},
                                              model={"lora": {"r": 8, "alpha": 16, "target_modules": targets}}), "r.yaml")
-    full = preflight.estimate_memory(plain, config, binary_task(), cpu, "fp32", 1, lengths)
-    est = preflight.estimate_memory(with_lora, config, binary_task(), cpu, "fp32", 1, lengths)
+    full = preflight.estimate_memory(plain, config, binary_task(), cpu, "fp32", 1, lengths, active(plain))
+    est = preflight.estimate_memory(with_lora, config, binary_task(), cpu, "fp32", 1, lengths, active(with_lora))
     wrapped = lora.wrap(AutoModelForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2), 8, 16, 0.0,
                         targets, task_type="SEQ_CLS")
     trainable, total = wrapped.get_nb_trainable_parameters()
@@ -257,7 +258,8 @@ def test_lora_memory_estimate_counts_what_peft_trains(tiny_model_dir, tmp_path, 
     assert est.parts["gradients"] == 4 * trainable and est.parts["adam_moments"] == 8 * trainable
     assert est.parts["weights"] == 4 * total  # the frozen base, the adapters and peft's copy of the head
     assert est.parts["theta_star"] == 4 * (base - head)  # the probes' fp32 copy in host memory, bf16 anchors or not
-    gpu = preflight.estimate_memory(with_lora, config, binary_task(), torch.device("cuda"), "bf16", 1, lengths)
+    gpu = preflight.estimate_memory(with_lora, config, binary_task(), torch.device("cuda"), "bf16", 1, lengths,
+                                    active(with_lora))
     assert gpu.parts["theta_star"] == 0 and gpu.parts["autocast_copies"] == 2 * trainable  # nothing of theta* on the device
     assert full.parts["gradients"] == 4 * base and full.parts["weights"] == 4 * base
     assert 0 < trainable < base / 10 and est.total_bytes < full.total_bytes

@@ -302,12 +302,13 @@ def load_recipe_name(path: Path) -> str:
 def test_optimizer_adamw_alone_makes_any_shipped_recipe_its_vanilla_baseline(path):
     """RecAdam's keys (the floor, gamma, the schedule, RI) are set aside and named, never refused."""
     from recall_cli.recipe import load_recipe
+    from recall_cli.methods import active
     from recall_cli.recipe.advice import runnable, unused_keys
 
     recipe = load_recipe(path, ["optimizer.name=adamw"])
     ran = runnable(recipe)
     assert ran.optimizer.name == "adamw" and ran.model.init == "pretrained"
-    unused = unused_keys(recipe)
+    unused = unused_keys(recipe, active(recipe))
     assert ("model.init" in unused) == (recipe.model.init == "random")
     assert all(key.startswith("optimizer.") or key == "model.init" for key in unused)
     if recipe.optimizer.recall_floor > 0:

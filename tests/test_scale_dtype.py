@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from recall_cli.cli import app
 from recall_cli.model import build_model
+from recall_cli.plugins.methods import active
 from recall_cli.training.weights import checkpoint_dtype, enable_gradient_checkpointing, weight_dtype
 from recall_cli.optim import RecAdam
 from recall_cli.recipe import build_recipe
@@ -123,7 +124,7 @@ def test_bytes_per_parameter_in_the_memory_estimate(tiny_model_dir, tmp_path):
 
     def per_parameter(**model):
         recipe = load_recipe_dict(tiny_recipe(tiny_model_dir, tmp_path / "run", model=model))
-        est = preflight.estimate_memory(recipe, config, binary_task(), torch.device("cpu"), "fp32", 1, [16])
+        est = preflight.estimate_memory(recipe, config, binary_task(), torch.device("cpu"), "fp32", 1, [16], active(recipe))
         return est.bytes_per_parameter, est.parts
 
     fp32, parts = per_parameter()
@@ -137,7 +138,7 @@ def test_bytes_per_parameter_in_the_memory_estimate(tiny_model_dir, tmp_path):
     assert bf16_anchor == pytest.approx(16 + 2 * (total - head) / total)
     # FSDP over 4 ranks: each holds a quarter of every part of the model's state
     recipe = load_recipe_dict(tiny_recipe(tiny_model_dir, tmp_path / "run", train={"distributed": "fsdp"}))
-    est = preflight.estimate_memory(recipe, config, binary_task(), torch.device("cpu"), "fp32", 4, [16])
+    est = preflight.estimate_memory(recipe, config, binary_task(), torch.device("cpu"), "fp32", 4, [16], active(recipe))
     assert est.bytes_per_parameter == pytest.approx(fp32 / 4, rel=1e-3)
 
 

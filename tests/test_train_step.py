@@ -27,7 +27,8 @@ def training(tiny_model_dir, tmp_path):
 def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_path):
     run = tmp_path / "run"
     # .recall.lock: the writer's lock, held for the run's life (finetune removes it at the end)
-    assert sorted(p.name for p in run.iterdir()) == [".recall.lock", "anchor.safetensors", "config.yaml", "metrics.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == [".recall.lock", "anchor.safetensors", "config.yaml", "metrics.jsonl",
+                                                      "start.safetensors"]  # the new head as it began (a teacher's)
     assert training.state.step == 0 and training.total_steps == 12 and not training.resumed
     assert len(training.pairs) == len([n for n, _ in training.model.named_parameters() if n.startswith("bert.")])
 
@@ -51,13 +52,13 @@ def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(train
     with torch.no_grad():
         by_hand = sum(training.model(**batch).loss for batch, *_ in batches) / 2
     assert loss.item() == pytest.approx(by_hand.item(), rel=1e-6)
-    assert all(p.grad is not None for p in training.params)
+    assert all(p.grad is not None for p in training.compute.params)
 
-    before = [p.detach().clone() for p in training.params]
+    before = [p.detach().clone() for p in training.compute.params]
     norm = optimizer_step(training)
     assert torch.isfinite(norm) and norm.item() > 0
-    assert all(p.grad is None for p in training.params)
-    assert any(not torch.equal(b, p) for b, p in zip(before, training.params))
+    assert all(p.grad is None for p in training.compute.params)
+    assert any(not torch.equal(b, p) for b, p in zip(before, training.compute.params))
 
 
 def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tiny_model_dir, tmp_path, monkeypatch):
@@ -71,8 +72,8 @@ def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tin
         return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / name))
 
     plain, owned = build("plain"), build("owned")
-    assert not plain.graph_grads  # eager on CPU
-    owned.graph_grads, owned.forward = True, lambda **batch: owned.model(**batch)  # as a compiled forward would be
+    assert not plain.compute.graph_grads  # eager on CPU
+    owned.compute.graph_grads, owned.compute.forward = True, lambda **batch: owned.model(**batch)  # as a compiled forward would be
     copies = []
     real = compiled.own_gradients
 
@@ -89,7 +90,7 @@ def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tin
             train_step(t, micro_batches(t)[0])
             optimizer_step(t)
     assert copies == [True, True]  # once per step, after the first of its two micro-batches
-    for a, b in zip(plain.params, owned.params):
+    for a, b in zip(plain.compute.params, owned.compute.params):
         assert torch.equal(a, b)
     # A parameter that got no gradient keeps None (the optimizer skips it, as in an eager step).
     used, unused = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))

@@ -194,10 +194,8 @@ def _print_dry_run(recipe, world_size: int = 1, as_json: bool = False, *, resume
     warnings = schedule_warnings(recipe, total)
     methods = dry_run_lines(prepared)
     if not as_json:
-        from ..plugins import methods as registry
-
         # λ(t)'s midpoint only where something reads it (RecAdam, or a method on its clock): an adamw run has none
-        read = OPTIMIZERS[oc.name].anchored or any(m.reads_recall_schedule(recipe) for m in registry.active(recipe))
+        read = OPTIMIZERS[oc.name].anchored or any(m.reads_recall_schedule(recipe) for m in run_plan.methods)
         _print_plan(recipe, world_size, total, t0 if read else None, lambdas, pulls, warnings)
         for key, line in methods.items():
             typer.echo(f"# {key}: {line}")

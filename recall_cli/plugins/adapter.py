@@ -64,6 +64,24 @@ class Adapted:
         raise NotImplementedError
 
 
+class PeftAdapted(Adapted):
+    """An :class:`Adapted` whose library is peft: the base model, the counts and the merged copy are peft's
+    own calls, the same for every tuner (LoRA, OSF); a room adds saving, loading, theta* by name and the norm.
+    Standard library only (peft's calls go through ``wrapped``), so it stands here beside the contract."""
+
+    @property
+    def base_model(self) -> Any:
+        return self.wrapped.get_base_model()
+
+    def trainable_counts(self) -> tuple[int, int]:
+        return self.wrapped.get_nb_trainable_parameters()  # as peft's print_trainable_parameters counts them
+
+    def merged_copy(self) -> Any:
+        import copy
+
+        return copy.deepcopy(self.wrapped).merge_and_unload()  # the training model is left as it is
+
+
 class Adapter(Method):
     """A method that is an adapter: at most one per run (registry.check refuses two)."""
 

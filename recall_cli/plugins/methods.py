@@ -61,15 +61,12 @@ class Method:
     name: ClassVar[str]  # registry key; summary.json's method.names
     label: ClassVar[str]  # how tables and cards name it: "embedding anchor", "LoRA"
     paper: ClassVar[str] = ""  # "Kumar et al. 2022, arXiv 2202.10054"
-    url: ClassVar[str] = ""
     switch: ClassVar[str]  # the dotted key whose value turns it on (0 / null / false = off) and is its strength
     keys: ClassVar[tuple[str, ...]] = ()  # every dotted key it reads (docs, sweeps)
     reads: ClassVar[tuple[str, ...]] = ()  # keys it also reads that another method owns (and documents)
     named_keys: ClassVar[tuple[str, ...]] = ()  # keys besides the switch that named() spells (LoRA's use_dora)
     cell: ClassVar[str] = ""  # a sweep cell's prefix for the switch: keep1.0, lp100, r8
     short: ClassVar[str | None] = None  # the switch's short name in compare --by / --where and labels: lora_r
-    needs: ClassVar[str | None] = None  # what of theta* it keeps during training ("features"), or None
-    record_fields: ClassVar[tuple[str, ...]] = ()  # what it adds to metrics.jsonl's train records
     family: ClassVar[Family | None] = None
     section: ClassVar[str | None] = None  # a plugin's own top-level recipe section
     config: ClassVar[type | None] = None  # that section's frozen dataclass (defaults = off)
@@ -131,6 +128,13 @@ class Method:
     def checkpoint_folders(self, recipe: Any) -> tuple[str, ...]:
         """Folders the run saves for it besides best/ and last/ (LP-FT: lp/)."""
         return ()
+
+    def extra_bytes(self, run: Any) -> int:
+        """What it adds to one process's peak memory, listed under its name in preflight's estimate: a
+        cache of theta*'s outputs, a frozen teacher (methods/teacher.copy_bytes). ``run`` is preflight's
+        view (training/preflight.py's MemoryView: recipe, the model's config and parameter count, the
+        training rows, the run's steps and processes)."""
+        return 0
 
     # ---- the run (its room imports torch lazily) ------------------------------------------------
 
@@ -281,6 +285,20 @@ def asked(method: Method, hook: str, *args: Any) -> list[str]:
         return list(found)
     raise PluginError(f"{_who(method)}: {hook}() returned {type(found).__name__}, not a list of problems "
                       "(one line each; [] when there are none)")
+
+
+def extra_bytes(method: Method, view: Any) -> int:
+    """``method.extra_bytes(view)`` as a whole number of bytes: a hook that raises, or returns something else
+    (a float, a negative count, None), is the plugin's fault: PluginError naming the method."""
+    try:
+        found = method.extra_bytes(view)
+    except PluginError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, named instead of a traceback
+        raise PluginError(f"{_who(method)}: extra_bytes() raised {failure(exc)} (fix the plugin, or uninstall it)") from None
+    if isinstance(found, bool) or not isinstance(found, int) or found < 0:
+        raise PluginError(f"{_who(method)}: extra_bytes() returned {found!r}, not a number of bytes (an int >= 0; 0 for none)")
+    return found
 
 
 def _who(method: Method) -> str:

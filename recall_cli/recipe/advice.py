@@ -4,16 +4,17 @@ the run will not read. Warnings, never errors (checks.check_recipe has those).""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from ..plugins.methods import active
 from ..names import OPTIMIZERS, RECADAM_ONLY_KEYS
+from ..plugins.methods import Method
 from .schema import OptimizerConfig, Recipe
 
 # What only RecAdam's recall terms read: unused by an optimizer without them (adamw), unless the
 # embedding anchor's weight follows the same schedule (keep.schedule=recall).
 
 
-def unused_keys(recipe: Recipe) -> list[str]:
+def unused_keys(recipe: Recipe, on: Sequence[Method]) -> list[str]:
     """Keys the recipe sets (away from their defaults) that this run does not read: RecAdam's under
     adamw, model.init=random among them (vanilla fine-tuning starts from the pretrained weights; RI is
     RecAdam's setting). Said once on the start line and in --dry-run, the same for every such key, so
@@ -22,7 +23,8 @@ def unused_keys(recipe: Recipe) -> list[str]:
     if OPTIMIZERS[o.name].anchored:
         return []
     init = ["model.init"] if recipe.model.init == "random" else []
-    if any(m.reads_recall_schedule(recipe) for m in active(recipe)):  # the anchor's keep.schedule=recall
+    # the anchor's keep.schedule=recall (``on``: the methods the run turns on, the plan's)
+    if any(m.reads_recall_schedule(recipe) for m in on):
         return init
     default = OptimizerConfig()
     return init + [key for key in RECADAM_ONLY_KEYS if getattr(o, key.split(".")[1]) != getattr(default, key.split(".")[1])]

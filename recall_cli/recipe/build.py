@@ -130,7 +130,7 @@ def build_recipe(raw: dict[str, Any], check_files: bool = True) -> tuple[Recipe 
     known = all_sections()  # recall's own, then the method plugins'
     for key in raw:
         if key not in known and key != "output_dir":
-            problems.append(_unknown(key, list(known) + ["output_dir"]))
+            problems.append(_unknown_section(key, raw[key], list(known) + ["output_dir"]))
     for name, cls in known.items():
         value = raw.get(name)
         if value is None:
@@ -165,6 +165,15 @@ ALIASES = {
     "save_steps": "save_every", "save_total_limit": "keep_last", "max_length": "max_seq_length",
     "model_name_or_path": "name_or_path", "model_name": "name_or_path", "model": "name_or_path",
 }
+
+
+def _unknown_section(key: str, value: Any, valid: list[str]) -> str:
+    """An unknown top-level key: a misspelt section (did-you-mean), or a mapping no section is close to,
+    which is what a method plugin's section looks like once the plugin is uninstalled (a run's config.yaml)."""
+    if isinstance(value, dict) and not difflib.get_close_matches(key, valid, n=1, cutoff=0.6):
+        return (f"unknown section '{key}': no installed method declares it (method '{key}' (not installed)? "
+                "install the package that provides it, or remove the section)")
+    return _unknown(key, valid)
 
 
 def _unknown(key: str, valid: list[str]) -> str:

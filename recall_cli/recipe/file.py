@@ -44,14 +44,11 @@ def recipes_folder() -> Path:
     """The shipped recipes: recall_cli/recipes in an installed package (package data) or a clone (a link
     to recipes/); a clone whose link was checked out as a plain file (Windows without symlinks) has them
     beside the package."""
-    from importlib.resources import files
-
-    import recall_cli
-
-    packaged = Path(str(files("recall_cli") / "recipes"))
+    package = Path(__file__).resolve().parents[1]  # recall_cli/, found without importing the package (a circle)
+    packaged = package / "recipes"
     if packaged.is_dir():
         return packaged.resolve()  # a clone's link: name the recipes/ folder a user edits
-    return Path(recall_cli.__file__).resolve().parents[1] / "recipes"
+    return package.parent / "recipes"
 
 
 def _did_you_mean(path: Path) -> str:

@@ -289,11 +289,6 @@ def all_sections() -> dict[str, type]:
     return {**SECTIONS, **sections()}
 
 
-def section_dict(section: Any) -> dict[str, Any]:
-    """A section as a dict, without its WHEN_SET keys that are at their defaults (nested sections too)."""
-    return _written(section)
-
-
 def when_set_defaults() -> dict[str, Any]:
     """Every WHEN_SET key (a key of a WHEN_SET section too), dotted, at its default: what a config.yaml
     without it ran at, so that a run made before the key existed, or with it at its default, reads alike."""

@@ -27,7 +27,7 @@ from ..plugins.merges import merges
 from ..plugins.methods import methods
 from ..names import INIT_TITLES, is_vanilla
 from .labels import METHOD_NAMES, _fmt_setting, group_label
-from .runs import label_names
+from .runs import NOT_INSTALLED, label_names
 
 # The families that are not a method's (a method's line comes from its registry entry: family_titles()).
 FAMILY_TITLES = {"floor": "RecAdam floor", "wise": "WiSE-FT α", "tau": "RECALL τ"}
@@ -38,14 +38,14 @@ RECALL_DEFAULTS = {"record.temperature": 0.05, "record.gamma_rule": "hidden"}
 # Keys a name spells in words; any other grouping key is appended as key=value, as group_label does.
 # (the methods' switches too: method_keys())
 NAMED_KEYS = ("optimizer.name", "model.init", "optimizer.recall_floor", "record.merge", "record.with",
-              "record.weights", "record.temperature", "record.gamma_rule")
+              "record.weights", "record.temperature", "record.gamma_rule", NOT_INSTALLED)
 # Legend order: the baseline, the trained methods, the merges with θ*, the merges of several runs.
 RANK = {"vanilla": 0, "trained": 1, "wise": 2, "recall": 3, "merge": 4}
 
 
 def method_keys() -> tuple[str, ...]:
     """The methods' keys a trained setting's name spells: "embedding anchor 1", "LP-FT 100", "LoRA r=8 DoRA"."""
-    return tuple(key for m in methods() for key in (m.switch, *m.named_keys))
+    return (*(key for m in methods() for key in (m.switch, *m.named_keys)), NOT_INSTALLED)
 
 
 def family_titles() -> dict[str, str]:
@@ -92,7 +92,8 @@ def describe(settings: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[Desc
 # One hue per family, the same in every figure (Okabe-Ito, colour-blind safe): a family's settings are
 # shades of it, lightest the weakest. Methods combined with RecAdam take the method's hue (its registry
 # entry's Family: hues()).
-HUES = {"vanilla": "#000000", "recadam": "#0072B2", "wise": "#CC79A7", "recall": "#009E73", "merge": "#999933"}
+HUES = {"vanilla": "#000000", "recadam": "#0072B2", "wise": "#CC79A7", "recall": "#009E73", "merge": "#999933",
+        "not_installed": "#BBBBBB"}  # a run whose method is not installed: never drawn as vanilla
 
 
 def hues() -> dict[str, str]:
@@ -116,6 +117,8 @@ def hue_family(full: dict[str, Any]) -> str:
         return "recall" if merge == "recall" and full.get("record.with") == ["pretrained"] else "merge"
     if on:
         return on[0].family.hue_id
+    if full.get(NOT_INSTALLED):
+        return "not_installed"
     return "vanilla" if is_vanilla(full.get("optimizer.name")) else "recadam"
 
 
@@ -215,8 +218,10 @@ def _trained_name(shown: dict[str, Any], full: dict[str, Any]) -> tuple[str, str
 
 def _method_words(full: dict[str, Any]) -> list[str]:
     """The methods a run turned on, in their registry entries' words with their strength (runs made
-    before the methods existed have none of their keys: no words)."""
-    return [m.named(full) for m in methods() if m.strength(full)]
+    before the methods existed have none of their keys: no words); then each it turned on that is not
+    installed now, by name (report/runs.py's NOT_INSTALLED): "method 'logit_kd' (not installed)"."""
+    missing = [f"method '{name}' (not installed)" for name in (full.get(NOT_INSTALLED) or "").split(",") if name]
+    return [m.named(full) for m in methods() if m.strength(full)] + missing
 
 
 def _merge_name(shown: dict[str, Any], full: dict[str, Any], varying: set[str]) -> tuple[str, str, float]:

@@ -58,6 +58,9 @@ NOT_SETTINGS = set(NOT_SETTING_REASONS)
 # default to the old behaviour (a floor of 0, no anchor, no LoRA, no holdout), so an old run and a new
 # one that leaves the key alone are one setting.
 NO_DEFAULT_FILL = ("train.precision",)
+# A run's methods that no installed package provides (a plugin uninstalled since), comma-joined in its
+# settings under this key: reports name them (families.py), never as vanilla fine-tuning.
+NOT_INSTALLED = "method.not_installed"
 # Short names (names.KEY_ALIASES): --by k resolves to optimizer.anneal_k, and a group label reads k=0.1.
 # The methods' switches have theirs in the registry: short_keys() and label_names() hold both.
 LABEL_NAMES = {v: k for k, v in SHORT_KEYS.items()}
@@ -208,6 +211,9 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
     if problem is not None:
         warn(f"{path / SUMMARY_FILE} cannot be read: {problem}: the run is read as unfinished")
     records, problems = read_metrics_checked(path)
+    missing = not_installed(summary, records)
+    if missing:
+        settings[NOT_INSTALLED] = ",".join(missing)
     # The line a reading stopped at (a crash cut it short) comes last: always shown, after a few skipped records.
     stop = problems[-1:] if problems and "read up to" in problems[-1] else []
     skipped = problems[:len(problems) - len(stop)]
@@ -224,6 +230,20 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
 
 
 MAX_WARNINGS = 3  # per metrics.jsonl: then a count
+
+
+def not_installed(summary: Summary | None, records: list[dict[str, Any]]) -> list[str]:
+    """The methods a run turned on that the registry does not hold now: those summary.json's method block
+    names, or for a run without one (unfinished) those whose loss term its training records log."""
+    from ..plugins.methods import methods
+
+    if summary is not None:
+        on = list((summary.method or {}).get("names") or [])
+    else:
+        first = next((r for r in records if r.get("split") == "train"), {})
+        on = [key[len("loss_"):] for key in first if key.startswith("loss_") and key != "loss_task"]
+    known = {m.name for m in methods()}
+    return [name for name in on if name not in known]
 
 
 def load_runs(root: Path | Sequence[Path], warn: Callable[[str], None] = lambda message: None) -> list[Run]:

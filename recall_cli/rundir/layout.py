@@ -14,6 +14,9 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ANCHOR_FILE = "anchor.safetensors"  # theta* (`theta_star` in the code); the file name is public: older runs hold it
+# The parameters theta* has no pretrained value for (a new head), as the run began: with theta*, the teacher a
+# method distils from, the same after --resume (runs made before it have none: the teacher takes last/'s head).
+START_FILE = "start.safetensors"
 TRAINER_STATE_FILE = "trainer_state.json"  # in last/: its presence marks a complete checkpoint
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng_state.pt"

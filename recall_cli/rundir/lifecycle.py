@@ -10,19 +10,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import RunDirError
-from .layout import (ANCHOR_FILE, BEST_DIR, CHECKPOINTS_DIR, LAST_DIR, LP_DIR, METRICS_FILE, OPTIMIZER_FILE, SUMMARY_FILE,
-                     _old, is_run_dir)
+from .layout import (ANCHOR_FILE, BEST_DIR, CHECKPOINTS_DIR, LAST_DIR, LP_DIR, METRICS_FILE, OPTIMIZER_FILE, START_FILE,
+                     SUMMARY_FILE, _old, is_run_dir)
 from .metrics import read_metrics
 from .writing import check_writable
 
 
 def keep_final(run_dir: Path) -> int:
     """train.save=final, at the end of a finished run: remove what only --resume and theta*-based
-    merges read (last/'s optimizer and RNG state, anchor.safetensors, checkpoints/); returns the bytes
+    merges read (last/'s optimizer and RNG state, anchor.safetensors and start.safetensors, checkpoints/); returns the bytes
     freed. last/trainer_state.json stays: it is small, and says where the run ended."""
     freed = 0
     last = run_dir / LAST_DIR
-    doomed = [run_dir / ANCHOR_FILE, *sorted(last.glob("rng_state*.pt")), last / OPTIMIZER_FILE]
+    doomed = [run_dir / ANCHOR_FILE, run_dir / START_FILE, *sorted(last.glob("rng_state*.pt")), last / OPTIMIZER_FILE]
     for path in doomed:
         if path.is_file():
             freed += path.stat().st_size

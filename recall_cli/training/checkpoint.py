@@ -26,6 +26,7 @@ from ..card import write_card
 from ..errors import RunDirError
 from ..rundir import (
     ANCHOR_FILE,
+    START_FILE,
     CHECKPOINTS_DIR,
     LAST_DIR,
     OPTIMIZER_FILE,
@@ -40,17 +41,37 @@ from .progress import empty_window
 
 
 def save_theta_star(run_dir: Path, theta_star: dict[str, torch.Tensor]) -> None:
-    tmp = run_dir / f".{ANCHOR_FILE}.tmp"
-    save_file({name: t.detach().contiguous().cpu() for name, t in theta_star.items()}, str(tmp))
-    tmp.replace(run_dir / ANCHOR_FILE)
+    _write_tensors(run_dir / ANCHOR_FILE, theta_star)
 
 
 def load_theta_star(run_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-
     path = run_dir / ANCHOR_FILE
     if not path.is_file():
         raise RunDirError(f"{path} is missing: this run cannot be resumed (start it again with --overwrite)")
+    return _read_tensors(path)
+
+
+def save_start(run_dir: Path, start: dict[str, torch.Tensor]) -> None:
+    """The parameters theta* leaves out (a new head), as the run begins; nothing when there are none."""
+    if start:
+        _write_tensors(run_dir / START_FILE, start)
+
+
+def load_start(run_dir: Path) -> dict[str, torch.Tensor] | None:
+    """What :func:`save_start` kept; None for a run made before it (or one with nothing to keep)."""
+    path = run_dir / START_FILE
+    return _read_tensors(path) if path.is_file() else None
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({name: t.detach().contiguous().cpu() for name, t in tensors.items()}, str(tmp))
+    tmp.replace(path)
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+
     try:
         return load_file(str(path))
     except SafetensorError as exc:

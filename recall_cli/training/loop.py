@@ -86,45 +86,45 @@ def micro_batches(t: Training) -> tuple[list[MicroBatch], int]:
         batch = t.task.kind.collate(t.task.train, rows, t.pad_id, task.pad_to_multiple_of, task.max_seq_length)
         # The examples' indices only where a term looks rows up by them (the anchor's cache): without
         # methods the step moves nothing more to the device than before.
-        indices_of = torch.tensor(rows, dtype=torch.long, device=t.device) if t.terms else None
+        indices_of = torch.tensor(rows, dtype=torch.long, device=t.device) if t.methods.terms else None
         out.append(({k: v.to(t.device, non_blocking=True) for k, v in batch.items()}, share, indices_of, position))
         samples += len(indices)
     return out, samples
 
 
 def train_step(t: Training, batches: list[MicroBatch], step: int = 0) -> torch.Tensor:
-    """Forward (compiled or eager: ``t.forward``) and scaled backward over the micro-batches; returns
+    """Forward (compiled or eager: ``t.compute.forward``) and scaled backward over the micro-batches; returns
     their summed loss as a tensor on the device, never read on the host here (the loop reads it at
     its next log, eval or save: :class:`Pending`). The methods' loss parts (loss_task, loss_keep),
-    weighted alike, are summed into ``t.part_sums``."""
+    weighted alike, are summed into ``t.compute.part_sums``."""
     accum = len(batches)
     loss_sum = torch.zeros((), device=t.device)
     for micro, (batch, share, indices, position) in enumerate(batches):
-        for run in t.method_runs:  # a term that draws inputs of its own (the anchor's texts) draws them here
+        for run in t.methods.runs:  # a term that draws inputs of its own (the anchor's texts) draws them here
             run.before_micro_batch(position)
         compiled.mark_step(t.device)
-        with t.ctx.no_sync(t.ddp_model, skip=micro < accum - 1):
-            with t.autocast:
-                loss, parts = loss_step(t.forward, batch, t.terms, step, indices, check_labels=False)
+        with t.ctx.no_sync(t.compute.ddp_model, skip=micro < accum - 1):
+            with t.compute.autocast:
+                loss, parts = loss_step(t.compute.forward, batch, t.methods.terms, step, indices, check_labels=False)
                 if share != 1.0:
                     loss = loss * share
                 loss = loss / accum
-            t.scaler.scale(loss).backward()
-        if micro == 0 and accum > 1 and t.graph_grads and t.forward is not t.ddp_model:
-            compiled.own_gradients(t.params)
+            t.compute.scaler.scale(loss).backward()
+        if micro == 0 and accum > 1 and t.compute.graph_grads and t.compute.forward is not t.compute.ddp_model:
+            compiled.own_gradients(t.compute.params)
         loss_sum += loss.detach().float()
         for name, value in parts.items():
-            t.part_sums[name] = t.part_sums.get(name, 0.0) + value.float() * (share / accum)
+            t.compute.part_sums[name] = t.compute.part_sums.get(name, 0.0) + value.float() * (share / accum)
     return loss_sum
 
 
 def optimizer_step(t: Training) -> torch.Tensor:
     """Unscale, clip, step, zero the gradients; returns the (global, under DDP) gradient norm tensor."""
-    t.scaler.unscale_(t.optimizer)
+    t.compute.scaler.unscale_(t.optimizer)
     # After DDP's all-reduce every rank holds the global gradient: this norm is the global one.
-    grad_norm = fsdp.plain(torch.nn.utils.clip_grad_norm_(t.params, t.recipe.train.max_grad_norm or math.inf))
-    t.scaler.step(t.optimizer)
-    t.scaler.update()
+    grad_norm = fsdp.plain(torch.nn.utils.clip_grad_norm_(t.compute.params, t.recipe.train.max_grad_norm or math.inf))
+    t.compute.scaler.step(t.optimizer)
+    t.compute.scaler.update()
     t.optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
@@ -157,8 +157,8 @@ class _Loop:
         self.t, self.reporter, self.new_dir = t, reporter, new_dir
         self.writer = rundir.MetricsWriter(t.run_dir, enabled=t.ctx.is_main)
         self.trackers = self.open_trackers()
-        self.pending = Pending(t.device, t.scaler.is_enabled())
-        self.shapes = compiled.ShapeLog(t.compile_record)
+        self.pending = Pending(t.device, t.compute.scaler.is_enabled())
+        self.shapes = compiled.ShapeLog(t.compute.compile_record)
         self.replicas_differ = False
         # The latest eval and probe records, for the checkpoints' model cards (a resumed run's from
         # metrics.jsonl, already cut back to the resumed step).
@@ -195,14 +195,14 @@ class _Loop:
                 step = state.step + 1
                 started = time.perf_counter()
                 lr = set_lr(t.optimizer, step, peak=t.recipe.optimizer.lr, warmup_steps=t.recipe.train.warmup_steps,
-                            total_steps=t.total_steps, runs=t.method_runs)
+                            total_steps=t.total_steps, runs=t.methods.runs)
                 batches, samples = micro_batches(t)
                 loss_sum = self.forward_backward(batches, step)
                 # Every rank stops at the same step: under DDP one small collective per step (1 process: none).
                 stop = t.ctx.any_rank(sigterm.requested)
                 grad_norm = optimizer_step(t)
-                self.pending.add(step, loss_sum, grad_norm, t.part_sums)
-                t.part_sums = {}
+                self.pending.add(step, loss_sum, grad_norm, t.compute.part_sums)
+                t.compute.part_sums = {}
                 state.step, state.samples = step, state.samples + samples
                 if step == 1:  # a first step that diverged must not replace a run --overwrite set aside (every rank
                     self.read_pending()  # reads: the read is collective; a resumed run never has a step 1)
@@ -219,16 +219,16 @@ class _Loop:
         t = self.t
         lengths = [batch["input_ids"].shape[1] for batch, *_ in batches]
         new = self.shapes.new(lengths)
-        if t.forward is t.ddp_model or not new:
+        if t.compute.forward is t.compute.ddp_model or not new:
             if new:
                 self.shapes.add(lengths, 0.0)  # eager: the lengths alone, for the record
             return train_step(t, batches, step)
-        buckets = t.bucket_lengths
+        buckets = t.compute.bucket_lengths
         of = f"{len(buckets)}: {', '.join(map(str, buckets))}" if len(buckets) <= 8 else f"{len(buckets)} lengths"
         self.reporter.note(f"compiling the step for length {', '.join(map(str, new))} (of up to {of})…")
         started = time.perf_counter()
         try:
-            problem = self.check_first_compiled_step(batches[0][0]) if t.check_compiled else None
+            problem = self.check_first_compiled_step(batches[0][0]) if t.compute.check_compiled else None
             if problem is None:
                 loss_sum = train_step(t, batches, step)
                 float(loss_sum)  # waits for the compile and the step: its time is the compile's
@@ -247,15 +247,15 @@ class _Loop:
 
     def check_first_compiled_step(self, batch: dict[str, torch.Tensor]) -> str | None:
         t = self.t
-        t.check_compiled = False
-        return compiled.loss_matches_eager(t.model, t.forward, batch, t.autocast, t.precision)
+        t.compute.check_compiled = False
+        return compiled.loss_matches_eager(t.model, t.compute.forward, batch, t.compute.autocast, t.precision)
 
     def fall_back(self, problem: str) -> None:
         t = self.t
         t.optimizer.zero_grad(set_to_none=True)  # whatever a failed backward left
-        t.part_sums = {}
-        t.forward = t.ddp_model
-        t.compile_record.mode, t.compile_record.fallback = None, problem
+        t.compute.part_sums = {}
+        t.compute.forward = t.compute.ddp_model
+        t.compute.compile_record.mode, t.compute.compile_record.fallback = None, problem
         self.reporter.warn(f"train.compile: running the step eagerly: {problem}")
 
     def after_step(self, step: int, lr: float, samples: int, elapsed: float, stop: bool) -> None:
@@ -279,7 +279,7 @@ class _Loop:
             self.probe(step)
         if improved and t.ctx.saves:  # after this step's probe, which its model card reports
             save_weights(t, rundir.BEST_DIR, card=self.card(rundir.BEST_DIR, step))
-        for run in t.method_runs:  # phase ends (LP-FT's lp/), after this step's best/
+        for run in t.methods.runs:  # phase ends (LP-FT's lp/), after this step's best/
             run.after_step(self, step)
         if save_now:
             self.save_last(step)
@@ -298,9 +298,9 @@ class _Loop:
         """DDP's reducer and a compiled forward are built for the parameters that train: after a method
         changes which do (LP-FT's unfreezing), both are made again."""
         t = self.t
-        t.ddp_model = t.ctx.wrap(t.model, t.device)
-        mode = t.compile_record.mode  # None: eager from the start, or fallen back
-        t.forward = compiled.compile_model(t.ddp_model, t.device, mode, lengths=len(t.bucket_lengths)) if mode else t.ddp_model
+        t.compute.ddp_model = t.ctx.wrap(t.model, t.device)
+        mode = t.compute.compile_record.mode  # None: eager from the start, or fallen back
+        t.compute.forward = compiled.compile_model(t.compute.ddp_model, t.device, mode, lengths=len(t.compute.bucket_lengths)) if mode else t.compute.ddp_model
 
     def note(self, text: str) -> None:
         self.reporter.note(text)
@@ -327,9 +327,9 @@ class _Loop:
                                "(a non-deterministic kernel?); logging rank 0's")
         epoch = round(t.state.micro_step / t.order.per_epoch, 4)
         floored = t.recipe.optimizer.recall_floor > 0
-        method_fields = {f"{term.name}_weight": term.weight(step) for term in t.terms}
+        method_fields = {f"{term.name}_weight": term.weight(step) for term in t.methods.terms}
         lam, penalty = recall_state(t.optimizer)
-        record = train_record(step, epoch, lr, lam, distance, t.state.window, t.scaler.is_enabled(),
+        record = train_record(step, epoch, lr, lam, distance, t.state.window, t.compute.scaler.is_enabled(),
                               penalty if floored else None, method_fields)
         self.write(record)
         self.reporter.train(record)
@@ -388,18 +388,18 @@ class _Loop:
         # Under task.holdout the final weights are scored once on dev (the test record): their card says that.
         dev = self.last_test if self.last_test is not None and self.last_test["step"] == step else None
         return card.model_card(t.recipe, checkpoint=name, step=step, total_steps=t.total_steps, anneal_t0=t.plan.anneal_t0,
-                               evaluation=dev or self.last_eval, probe=self.last_probe, distance=distance,
+                               methods=t.plan.methods, evaluation=dev or self.last_eval, probe=self.last_probe, distance=distance,
                                version=VERSION)
 
     def save_last(self, step: int) -> None:
         t = self.t
-        record = t.compile_record
+        record = t.compute.compile_record
         t.state.compile_shapes, t.state.compile_seconds = record.shapes, record.seconds
         t.state.compile_mode, t.state.compile_reason = record.mode or "eager", record.reason
         t.state.compile_fallback = record.fallback
         rng_states = t.ctx.gather_object(checkpoint.capture_rng(t.device))  # each rank's dropout stream
         if t.ctx.saves:
-            folder = save_weights(t, rundir.LAST_DIR, t.state.__dict__, t.optimizer, t.scaler, rng_states,
+            folder = save_weights(t, rundir.LAST_DIR, t.state.__dict__, t.optimizer, t.compute.scaler, rng_states,
                                   card=self.card(rundir.LAST_DIR, step))
         if t.ctx.is_main:
             checkpoint.rotate_step_checkpoints(t.run_dir, step, t.recipe.train.keep_last, folder)
@@ -443,7 +443,7 @@ def start_info(t: Training) -> dict[str, Any]:
     shown = t.precision if t.precision_reason == "set in the recipe" else f"{t.precision} ({t.precision_reason})"
     floor = t.recipe.optimizer.recall_floor  # the schedule's other half: the penalty never fades below it
     anchored = OPTIMIZERS[t.recipe.optimizer.name].anchored  # adamw has no schedule to show
-    record = t.compile_record
+    record = t.compute.compile_record
     step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
@@ -451,7 +451,7 @@ def start_info(t: Training) -> dict[str, Any]:
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),
-            **t.method_info,
+            **t.methods.info,
             **({"unused": ", ".join(t.unused) + f" (only RecAdam reads them; this run is {t.recipe.optimizer.name})"}
                if t.unused else {}),
             "run_dir": str(t.run_dir)}
@@ -486,10 +486,10 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         best=without_split(best) if best else None, final=final,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
-        device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compile_record.to_dict(),
+        device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compute.compile_record.to_dict(),
         versions={"recall": VERSION, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,
         final_distance_by_rank=distances if t.ctx.enabled else None,
-        method=registry.summary_block(recipe, t.plan.methods, **t.method_info),
+        method=registry.summary_block(recipe, t.plan.methods, **t.methods.info),
     )

@@ -3,7 +3,7 @@ them and of the run directory's size. Names no method: every line here loops ove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,6 +12,8 @@ from ..plugins import methods as registry
 from ..plugins.methods import MethodRun
 from ..recipe import Recipe
 from ..tasks import Features
+from .loss import Term
+from .plan import RunPlan
 
 
 @dataclass
@@ -20,9 +22,12 @@ class RunView:
 
     recipe: Recipe
     model: torch.nn.Module  # holds theta* on a new run (before step 1)
-    theta_star: dict[str, torch.Tensor]  # by the model's own parameter names (an adapter's, under one)
+    # Every parameter as the run began, by the model's own names (an adapter's, under one): theta*, and the
+    # new head's start (start.safetensors on --resume). methods/teacher.frozen_copy(model, theta_star) is the
+    # teacher, the same before and after a resume.
+    theta_star: dict[str, torch.Tensor]
     train: Features
-    total_steps: int
+    plan: RunPlan  # what set-up decided: the steps, RecAdam's schedule (plan.pull_at), the methods on
     device: torch.device
     autocast: Any
     pad_id: int
@@ -33,10 +38,27 @@ class RunView:
     rank: int = 0  # this process among world_size (torchrun); the training order's batches are global
     world_size: int = 1
 
+    @property
+    def total_steps(self) -> int:
+        return self.plan.total_steps
 
-def start_methods(view: RunView, on: tuple[registry.Method, ...]) -> list[MethodRun]:
+
+@dataclass
+class MethodParts:
+    """The methods the plan turns on, started for this run (what the loop's Training holds of them)."""
+
+    terms: list[Term] = field(default_factory=list)  # their loss terms (training/loss.py)
+    runs: list[MethodRun] = field(default_factory=list)  # each method on: its hooks in this run
+    info: dict[str, str] = field(default_factory=dict)  # the start line's words on them
+
+    @classmethod
+    def of(cls, runs: list[MethodRun]) -> MethodParts:
+        return cls([term for run in runs for term in run.terms], runs, {k: v for run in runs for k, v in run.info.items()})
+
+
+def start_methods(view: RunView) -> list[MethodRun]:
     """Each method the recipe turns on (the plan's), started for this run, in registry order."""
-    return [run for run in (registry.start(m, view) for m in on) if run is not None]
+    return [run for run in (registry.start(m, view) for m in view.plan.methods) if run is not None]
 
 
 def dry_run_lines(prepared: Any) -> dict[str, str]:

@@ -15,7 +15,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugins import methods as registry
 from ..plugins.methods import Method
 from ..optim import RecallSchedule
 from ..recipe import Recipe
@@ -51,16 +50,10 @@ class RunPlan:
         return self.recall.pull(self.lam_at(step))
 
 
-def recall_terms(recipe: Recipe, total_steps: int, on: tuple[Method, ...] | None = None) -> tuple[RecallSchedule, int]:
-    """(RecAdam's recall terms with t0 in steps, the step its clock starts after): the one place a
-    recipe's anneal_t0 becomes steps. ``on``: the methods the recipe turns on, where the caller has them."""
+def plan_run(recipe: Recipe, total_steps: int, step: StepPlan, on: tuple[Method, ...], memory: Any = None) -> RunPlan:
+    """The plan, from the methods the recipe turns on (``on``: set-up asks the registry once). Here, and nowhere
+    else, a recipe's anneal_t0 becomes steps, and RecAdam's clock its offset (LP-FT's head phase)."""
+    on = tuple(on)
     schedule = RecallSchedule.of(dataclasses.asdict(recipe.optimizer), anneal_t0=recipe.anneal_t0_steps(total_steps))
-    offset = sum(m.recall_offset(recipe) for m in (registry.active(recipe) if on is None else on))
-    return schedule, offset
-
-
-def plan_run(recipe: Recipe, total_steps: int, step: StepPlan, memory: Any = None,
-             on: tuple[Method, ...] | None = None) -> RunPlan:
-    on = tuple(registry.active(recipe)) if on is None else tuple(on)
-    schedule, offset = recall_terms(recipe, total_steps, on)
+    offset = sum(m.recall_offset(recipe) for m in on)
     return RunPlan(total_steps, schedule.anneal_t0, schedule, offset, step, on, memory)

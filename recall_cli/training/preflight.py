@@ -11,7 +11,8 @@ Decisions (docs/commands/finetune.md, "Preflight"):
   the recipe saved with the run must say what the run did.
 - The memory estimate is the peak of one process: fp32 master weights, gradients, Adam's two moments,
   theta* (fp32 or bf16 per model.anchor_dtype), activations of the longest training batch, the tokenized
-  data, and the framework's own footprint; compared with MemAvailable on CPU (all processes of --nproc
+  data, the framework's own footprint, and each method's own (its ``extra_bytes``: the embedding anchor's
+  cache, a frozen teacher); compared with MemAvailable on CPU (all processes of --nproc
   share it) or with the GPU's free memory on CUDA (one GPU per process). Above it is a warning with
   settings that would fit, not a refusal: the estimate is an estimate.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -29,6 +31,7 @@ from ..errors import PreflightError
 from ..model import head_is_new, is_trained_classifier, position_limit
 from ..names import OPTIMIZERS
 from ..plugins import methods as registry
+from ..plugins.methods import Method
 from ..recipe import Recipe
 from ..tasks import TaskType
 from .weights import weight_dtype
@@ -107,20 +110,29 @@ class MemoryEstimate:
 class Preflight:
     checks: list[Check] = field(default_factory=list)
     memory: MemoryEstimate | None = None
+    # Checks made early but listed after the model's (the output folder: checked before anything loads, so
+    # that a run refused for it loads nothing); :meth:`list_later` puts them in place.
+    later: list[Check] = field(default_factory=list)
 
-    def add(self, name: str, status: Status, message: str, error: Exception | None = None) -> None:
-        self.checks.append(Check(name, status, message, error))
+    def add(self, name: str, status: Status, message: str, error: Exception | None = None, *,
+            later: bool = False) -> None:
+        (self.later if later else self.checks).append(Check(name, status, message, error))
 
-    def as_the_run(self, name: str, check, ok: str) -> None:
+    def as_the_run(self, name: str, check, ok: str, *, later: bool = False) -> None:
         """Run ``check()``, the code the run itself calls: its RecallError is this check's failure."""
         from ..errors import RecallError
 
         try:
             check()
         except RecallError as exc:
-            self.add(name, "fail", str(exc), exc)
+            self.add(name, "fail", str(exc), exc, later=later)
         else:
-            self.add(name, "ok", ok)
+            self.add(name, "ok", ok, later=later)
+
+    def list_later(self) -> None:
+        """The checks made early, listed from here on (after the model's)."""
+        self.checks += self.later
+        self.later = []
 
     @property
     def failures(self) -> list[Check]:
@@ -211,11 +223,7 @@ def check_head(report: Preflight, recipe: Recipe, config, task: TaskType, resume
 # ---- memory --------------------------------------------------------------------------------------
 
 
-# An adapter argument left out: the recipe's, from the registry (a run passes its plan's instead).
-FROM_RECIPE: Any = object()
-
-
-def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = FROM_RECIPE) -> tuple[int, int, int]:
+def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapter: Any = None) -> tuple[int, int, int]:
     """(all parameters, head parameters, trained parameters) of ``task``'s model, counted on the meta
     device: no memory. Under the recipe's adapter (LoRA) the trained ones are what the adapter says
     (plugins/adapter.py's trained_parameters: for LoRA what peft's get_nb_trainable_parameters counts)."""
@@ -229,8 +237,6 @@ def parameter_counts(config, task: TaskType, recipe: Recipe | None = None, adapt
     head = head_parameter_names(model)
     total = sum(p.numel() for p in model.parameters())
     head_count = sum(p.numel() for n, p in model.named_parameters() if n in head)
-    if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe) if recipe is not None else None
     if adapter is None:
         return total, head_count, total
     return total, head_count, adapter.trained_parameters(model, head, recipe)
@@ -250,11 +256,32 @@ def activation_bytes(config, batch: int, length: int, precision: str) -> int:
     return layers * per_layer + 3 * elt * bs * h
 
 
+@dataclass(frozen=True)
+class MemoryView:
+    """What a method's ``extra_bytes`` may read: the recipe, the model's config and parameter count, the
+    training rows, the run's optimizer steps (None: not known yet, count every row) and processes."""
+
+    recipe: Recipe
+    config: Any
+    parameters: int
+    rows: int
+    total_steps: int | None
+    world_size: int
+
+
+def method_bytes(on: Sequence[Method], view: MemoryView) -> dict[str, int]:
+    """Each method's own memory, by the part name preflight lists it under ("method keep"): none at 0."""
+    sizes = {f"method {m.name}": registry.extra_bytes(m, view) for m in on}  # a plugin's held to an int
+    return {name: n for name, n in sizes.items() if n}
+
+
 def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                    world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> MemoryEstimate:
+                    world_size: int, lengths: list[int] | None, on: Sequence[Method],
+                    total_steps: int | None = None) -> MemoryEstimate:
+    """One process's peak. ``on``: the methods the run turns on (the plan's), its adapter's counts and each
+    one's ``extra_bytes``; ``total_steps`` the run's, for what they size by it."""
     tc = recipe.train
-    if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe)
+    adapter = next((m for m in on if m.is_adapter), None)
     total, head, trained = parameter_counts(config, task, recipe, adapter)
     length = min(max(lengths), recipe.task.max_seq_length) if lengths else recipe.task.max_seq_length
     lora = adapter is not None
@@ -278,6 +305,7 @@ def estimate_memory(recipe: Recipe, config, task: TaskType, device: torch.device
     if precision != "fp32" and (elt == 4 or lora):
         # autocast's 16-bit cache of the fp32 weights that train (it keeps no cast of a frozen one, nor of a 16-bit one)
         parts["autocast_copies"] = 2 * trained
+    parts.update(method_bytes(on, MemoryView(recipe, config, total, len(lengths or ()), total_steps, world_size)))
     if recipe.train.distributed == "fsdp" and world_size > 1:  # each rank holds 1/N of the model's state
         parts.update({k: -(-v // world_size) for k, v in parts.items() if k in MODEL_STATE})
     if device.type == "cpu":
@@ -320,7 +348,8 @@ def available_cuda(device: torch.device) -> int | None:
 
 
 def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.device, precision: str,
-                     world_size: int, lengths: list[int] | None, budget: int, adapter: Any = FROM_RECIPE) -> list[str]:
+                     world_size: int, lengths: list[int] | None, budget: int, on: Sequence[Method],
+                     total_steps: int | None = None) -> list[str]:
     """Single changes that bring the estimate under ``budget``: a smaller micro-batch with more
     accumulation (the same optimizer steps), bf16 anchors, a shorter length."""
     import dataclasses
@@ -329,7 +358,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
         r = recipe
         for section, values in changes.items():
             r = dataclasses.replace(r, **{section: dataclasses.replace(getattr(r, section), **values)})
-        est = estimate_memory(r, config, task, device, precision, world_size, lengths, adapter)
+        est = estimate_memory(r, config, task, device, precision, world_size, lengths, on, total_steps)
         return est.total_bytes * est.processes_sharing <= budget
 
     tc, found = recipe.train, []
@@ -340,9 +369,7 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
             found.append(f"train.batch_size={tc.batch_size // factor} train.grad_accum={tc.grad_accum * factor}")
             break
         factor *= 2
-    if adapter is FROM_RECIPE:
-        adapter = registry.active_adapter(recipe)
-    if (recipe.model.anchor_dtype == "float32" and adapter is None
+    if (recipe.model.anchor_dtype == "float32" and not any(m.is_adapter for m in on)
             and fits(model={"anchor_dtype": "bfloat16"})):
         found.append("model.anchor_dtype=bfloat16")
     length = recipe.task.max_seq_length // 2
@@ -355,33 +382,36 @@ def fitting_settings(recipe: Recipe, config, task: TaskType, device: torch.devic
 
 
 def check_memory(report: Preflight, recipe: Recipe, config, task: TaskType, device: torch.device,
-                 precision: str, world_size: int, lengths: list[int] | None, adapter: Any = FROM_RECIPE) -> None:
-    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, adapter)
+                 precision: str, world_size: int, lengths: list[int] | None, on: Sequence[Method],
+                 total_steps: int | None = None) -> None:
+    est = estimate_memory(recipe, config, task, device, precision, world_size, lengths, on, total_steps)
     report.memory = est
     where = "RAM available" if device.type == "cpu" else f"free on {device}"
     share = f"{world_size} processes x {gib(est.total_bytes)}" if est.processes_sharing > 1 else gib(est.total_bytes)
-    at = f"batch {est.batch_size} x length {est.sequence_length}, {precision}; {est.bytes_per_parameter:.0f} B a parameter"
+    own = [f"{name} {gib(n)}" for name, n in est.parts.items() if name.startswith("method ")]
+    at = (f"batch {est.batch_size} x length {est.sequence_length}, {precision}; {est.bytes_per_parameter:.0f} B a parameter"
+          + (f"; {', '.join(own)}" if own else ""))
     if est.available_bytes is None:
         report.add("memory", "ok", f"peak ~{share} ({at}); the device's free memory is unknown")
     elif est.fits:
         report.add("memory", "ok", f"peak ~{share} of {gib(est.available_bytes)} {where} ({at})")
     else:
         fixes = fitting_settings(recipe, config, task, device, precision, world_size, lengths, est.available_bytes,
-                                 adapter)
+                                 on, total_steps)
         advice = ("; would fit: " + " | ".join(fixes)) if fixes else "; no single setting fits: use a smaller model or a device with more memory"
         report.add("memory", "warn", f"peak ~{share} is more than the {gib(est.available_bytes)} {where} ({at}){advice}")
 
 
-def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_size: int, adapter: Any = FROM_RECIPE) -> None:
+def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_size: int, adapter: Any,
+                on: Sequence[Method] = ()) -> None:
     """model.dtype and train.distributed (rows only where a recipe sets them away from fp32 and ddp):
-    what this device cannot hold or this launch cannot shard is refused with its fix (DeviceError, exit 2)."""
+    what this device cannot hold or this launch cannot shard is refused with its fix (DeviceError, exit 2).
+    ``adapter``: the run's (the plan's, or None); ``on``: the methods the run turns on (the plan's)."""
     from ..errors import DeviceError
 
     name = recipe.model.dtype
     if name != "fp32":
         dtype = weight_dtype(recipe.model)
-        if adapter is FROM_RECIPE:
-            adapter = registry.active_adapter(recipe)
         problem = None
         if dtype == torch.float16 and device.type != "cuda":
             problem = "model.dtype=fp16 needs a CUDA device (on a CPU use model.dtype=bf16 or fp32)"
@@ -398,12 +428,13 @@ def check_scale(report: Preflight, recipe: Recipe, device: torch.device, world_s
             report.add("dtype", "ok", f"weights in {shown}" + (" (the checkpoint's)" if name == "auto" else "")
                        + ("; fp32 master weights and Adam moments in the optimizer" if dtype != torch.float32 and adapter is None else ""))
     if recipe.train.distributed == "fsdp":
-        check_fsdp(report, recipe, world_size)
+        check_fsdp(report, recipe, world_size, on)
 
 
-def check_fsdp(report: Preflight, recipe: Recipe, world_size: int) -> None:
-    """What FSDP (training/fsdp.py) cannot shard yet is refused by name, with the setting that runs."""
-    methods = [f"{m.name} ({m.switch})" for m in registry.active(recipe)]
+def check_fsdp(report: Preflight, recipe: Recipe, world_size: int, on: Sequence[Method] = ()) -> None:
+    """What FSDP (training/fsdp.py) cannot shard yet is refused by name, with the setting that runs (``on``: the
+    methods the run turns on, the plan's)."""
+    methods = [f"{m.name} ({m.switch})" for m in on]
     if world_size <= 1:
         problem = ("train.distributed=fsdp shards the model over processes, and this is one: start it under torchrun "
                    "(recall finetune R.yaml --nproc N, or torchrun --nproc_per_node N -m recall_cli finetune R.yaml)")
@@ -436,15 +467,15 @@ def check_processes(report: Preflight, recipe: Recipe, world_size: int, device: 
 
 def run_checks(recipe: Recipe, tokenizer, config, report: Preflight, *, task: TaskType, device: torch.device,
                precision: str, world_size: int = 1, lengths: list[int] | None = None, resume: bool = False,
-               adapter: Any = FROM_RECIPE) -> Preflight:
+               on: Sequence[Method] = (), total_steps: int | None = None) -> Preflight:
     """Every check, in the order a user would fix them, added to ``report``. ``config`` is the model's
     (the recipe's model, or the run's last/ on resume); ``task`` the task's type (the head's labels and
-    model class); ``lengths`` the tokenized training rows."""
+    model class); ``lengths`` the tokenized training rows; ``on`` the methods the run turns on (the plan's)."""
     check_positions(report, recipe, config)
     check_tokenizer(report, recipe, tokenizer, config)
     check_head(report, recipe, config, task, resume)
-    check_scale(report, recipe, device, world_size, adapter)
+    check_scale(report, recipe, device, world_size, next((m for m in on if m.is_adapter), None), on)
     check_processes(report, recipe, world_size, device)
     if not report.failures:  # an estimate for a run that cannot start would only add noise
-        check_memory(report, recipe, config, task, device, precision, world_size, lengths, adapter)
+        check_memory(report, recipe, config, task, device, precision, world_size, lengths, on, total_steps)
     return report

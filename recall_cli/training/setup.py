@@ -28,7 +28,6 @@ from ..distributed import Distributed
 from ..errors import CompileError, PreflightError, RunDirError
 from ..plugins import methods as registry
 from ..plugins.adapter import Adapted
-from ..plugins.methods import MethodRun
 from ..model import (BuiltModel, build_model, load_checkpoint_model, load_config, load_tokenizer, model_location,
                      parameter_groups)
 from ..names import OPTIMIZERS, Task
@@ -43,8 +42,7 @@ from ..tasks.holdout import holdout_cost, holdout_sample, holdout_split
 from . import checkpoint, compiled, fsdp, preflight
 from .weights import enable_gradient_checkpointing, weight_dtype
 from .checkpoint import TrainerState
-from .loss import Term
-from .methods import RunView, start_methods
+from .methods import MethodParts, RunView, start_methods
 from .plan import RunPlan, StepPlan, plan_run
 from .progress import Reporter
 
@@ -261,7 +259,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     ``dry_run``: `recall finetune --dry-run` is this function too. It goes on past a failed check to
     report every check (Prepared.checks) and stops before the model loads when one failed; the run
     stops at the first failed check with that check's own error (its line and exit code)."""
-    unused = unused_keys(recipe)  # on the recipe as written: what the run sets aside
+    on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
+    unused = unused_keys(recipe, on)  # on the recipe as written: what the run sets aside
     recipe = runnable(recipe)
     tc = recipe.train
     run_dir = Path(recipe.output_dir)
@@ -272,29 +271,26 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     seed_everything(tc.seed)
     report = preflight.Preflight()
 
-    def check(name: str, fn, ok: str) -> None:  # the run's own code; the dry run records its failure
+    def check(name: str, fn, ok: str, later: bool = False) -> None:  # the run's own code; the dry run records its failure
         if dry_run:
-            report.as_the_run(name, fn, ok)
+            report.as_the_run(name, fn, ok, later=later)
         else:
             fn()
-            report.add(name, "ok", ok)
+            report.add(name, "ok", ok, later=later)
 
     trackers.check_available(tc.report_to)  # a missing tracker package: refused before anything is written
     resume = start is Start.RESUME
     last = _resumable(run_dir) if resume else None
     saved = checkpoint.load_training_state(last, ctx.rank, ctx.world_size) if last is not None else None
-    tail: list[preflight.Check] = []  # the dry run lists these after the model's checks, as it always did
-    if not resume:
+    if not resume:  # listed after the model's checks, as the dry run always did
         check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
-              f"{run_dir} can be written" + (" (replaced: --overwrite)" if start is Start.OVERWRITE else ""))
-        tail.append(report.checks.pop())
+              f"{run_dir} can be written" + (" (replaced: --overwrite)" if start is Start.OVERWRITE else ""), later=True)
     source = str(last) if last else model_location(recipe.model.name_or_path, recipe.model.gguf_file)
     tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
     task = load_task_data(recipe, tokenizer)
     if last is not None:
         _check_same_head(last, task.kind, recipe)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
-    on = tuple(registry.active(recipe))  # once: the plan hands them to everyone after
     adapter = next((m for m in on if m.is_adapter), None)
     # under train.epochs the recipe alone cannot know the run's steps
     _method_problems([p for m in on for p in registry.asked(m, "check_steps", recipe, total_steps)], report, dry_run)
@@ -304,10 +300,10 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     step = _plan_step(recipe, device, lengths, total_steps, config, saved, ctx.world_size, report, dry_run)
     preflight.run_checks(recipe, tokenizer, config, report, task=task.kind, device=device,
                          precision=step.precision, world_size=ctx.world_size, resume=last is not None, lengths=lengths,
-                         adapter=adapter)
+                         on=on, total_steps=total_steps)
     if not dry_run:
         report.raise_on_failure()
-    report.checks += tail
+    report.list_later()
     if recipe.probe.enabled:  # every rank checks the probe files, before any process group exists
         p = recipe.probe
         check("probe files", lambda: probe_inputs(list(p.probes), p.texts_file, p.pairs_file, 4, 4, p.choices_file),
@@ -317,7 +313,7 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
             reporter.warn(message)
         for message in schedule_warnings(recipe, total_steps):
             reporter.warn(message)
-    prepared = Prepared(recipe, ctx, device, plan_run(recipe, total_steps, step, report.memory, on), saved, tokenizer, task, None,
+    prepared = Prepared(recipe, ctx, device, plan_run(recipe, total_steps, step, on, report.memory), saved, tokenizer, task, None,
                         checks=report, start=start, unused=unused)
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
@@ -334,8 +330,26 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
 
 
 @dataclass
+class Compute:
+    """How the step computes: the forward it runs through, compiled or not, in which precision's autocast,
+    and what the optimizer step clips and scales."""
+
+    ddp_model: torch.nn.Module  # what the step runs forward through (the model itself in one process)
+    forward: Any  # ddp_model, or ddp_model under torch.compile (train.compile)
+    compile_record: compiled.CompileRecord  # summary.json's "compile"
+    check_compiled: bool  # check the first compiled step against the eager loss (auto on CUDA)
+    graph_grads: bool  # CUDA graphs: a step's first micro-batch's .grad is copied out of the graphs' memory
+    bucket_lengths: list[int]  # the padded lengths the training rows can make (what may compile)
+    scaler: torch.amp.GradScaler
+    autocast: AbstractContextManager
+    params: list[torch.nn.Parameter]  # what the gradient norm is clipped over
+    part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
+
+
+@dataclass
 class Training:
-    """The set-up run: what the step, the loop and the summary read."""
+    """The set-up run: what the step, the loop and the summary read, by concern: the run (recipe, plan,
+    place, data), the model, how the step computes, the optimizer and theta*, the methods, the loop's state."""
 
     recipe: Recipe
     ctx: Distributed
@@ -348,16 +362,8 @@ class Training:
     total_steps: int
     plan: RunPlan
     model: torch.nn.Module  # saved, evaluated and probed
-    ddp_model: torch.nn.Module  # what the step runs forward through (the model itself in one process)
-    forward: Any  # ddp_model, or ddp_model under torch.compile (train.compile)
-    compile_record: compiled.CompileRecord  # summary.json's "compile"
-    check_compiled: bool  # check the first compiled step against the eager loss (auto on CUDA)
-    graph_grads: bool  # CUDA graphs: a step's first micro-batch's .grad is copied out of the graphs' memory
-    bucket_lengths: list[int]  # the padded lengths the training rows can make (what may compile)
+    compute: Compute
     optimizer: RecAdam
-    scaler: torch.amp.GradScaler
-    autocast: AbstractContextManager
-    params: list[torch.nn.Parameter]  # what the gradient norm is clipped over
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (parameter, theta*) for ||theta - theta*||
     prober: Prober | None  # rank 0 only
     state: TrainerState
@@ -365,12 +371,9 @@ class Training:
     pad_id: int
     eval_batch: int  # per process, like batch_size
     resumed: bool  # continues from last/ (no step-0 probe)
-    terms: list[Term] = field(default_factory=list)  # the methods' loss terms (training/loss.py)
-    method_runs: list[MethodRun] = field(default_factory=list)  # each method on: its hooks in this run
-    method_info: dict[str, str] = field(default_factory=dict)  # the start line's words on the methods
+    methods: MethodParts = field(default_factory=MethodParts)
     adapter: Adapted | None = None  # the recipe's adapter around `model`: merged into and saved beside checkpoints
     unused: list[str] = field(default_factory=list)  # keys the recipe sets that this run does not read
-    part_sums: dict[str, torch.Tensor] = field(default_factory=dict)  # this step's loss parts (train_step)
 
 
 def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Training:
@@ -405,12 +408,13 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
         reporter.warn(note)
     # The methods' terms and hooks, before the run directory is written (the anchor's pre-pass is the
     # slow part: a stop during it leaves nothing behind).
-    runs = start_methods(RunView(recipe, model, functional, p.task.train, p.total_steps, device,
+    start = _start_of_run(p, model, functional, reporter)
+    runs = start_methods(RunView(recipe, model, {**functional, **start}, p.task.train, p.plan, device,
                                  autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
-                                 p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size), p.plan.methods)
+                                 p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size))
     params = [q for q in model.parameters() if q.requires_grad]
 
-    state = _restore_or_start(p, optimizer, scaler, theta_star, new_dir)
+    state = _restore_or_start(p, optimizer, scaler, theta_star, start, new_dir)
     del theta_star  # RecAdam (or `pairs`) holds the copy it needs
     for run in runs:  # LP-FT freezes the encoder here, before DDP and torch.compile see the model
         run.before_wrap(model, state.step)
@@ -424,21 +428,40 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
     return Training(
         recipe=recipe, ctx=ctx, run_dir=run_dir, device=device, precision=p.precision,
         precision_reason=p.precision_reason, tokenizer=p.tokenizer, task=p.task, total_steps=p.total_steps, plan=p.plan,
-        model=model, ddp_model=ddp_model, forward=forward,
-        compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
-                                              shapes=list(state.compile_shapes), fallback=state.compile_fallback),
-        check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
-        and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets,
-        optimizer=optimizer, scaler=scaler, autocast=autocast_for(p.precision, device), params=params,
-        pairs=pairs, prober=prober, state=state,
+        model=model,
+        compute=Compute(
+            ddp_model=ddp_model, forward=forward,
+            compile_record=compiled.CompileRecord(mode=p.compile_mode, reason=p.compile_reason, seconds=state.compile_seconds,
+                                                  shapes=list(state.compile_shapes), fallback=state.compile_fallback),
+            check_compiled=p.compile_mode is not None and recipe.train.compile == "auto" and device.type == "cuda"
+            and p.saved is None, graph_grads=compiled.uses_cuda_graphs(p.compile_mode), bucket_lengths=buckets,
+            scaler=scaler, autocast=autocast_for(p.precision, device), params=params),
+        optimizer=optimizer, pairs=pairs, prober=prober, state=state,
         order=BatchOrder(len(p.task.train), tc.batch_size * ctx.world_size, tc.seed),
         pad_id=pad_id, eval_batch=tc.eval_batch_size or 2 * tc.batch_size, resumed=p.saved is not None,
-        terms=[term for run in runs for term in run.terms], method_runs=runs,
-        method_info={k: v for run in runs for k, v in run.info.items()}, adapter=p.adapter, unused=p.unused,
+        methods=MethodParts.of(runs),
+        adapter=p.adapter, unused=p.unused,
     )
 
 
-def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundir.NewRunDir) -> TrainerState:
+def _start_of_run(p: Prepared, model: torch.nn.Module, functional: dict[str, torch.Tensor],
+                  reporter: Reporter) -> dict[str, torch.Tensor]:
+    """The parameters theta* leaves out (a new head; an adapter's own start), as the run began: with
+    theta*, what a method's teacher is made of (methods/teacher.py). A new run takes them from the model
+    before step 1 and saves them; a resumed one, whose model holds last/'s, reads them back, so the
+    teacher is the same bit for bit."""
+    if p.saved is None:
+        # under FSDP each rank gathers the whole of each (a collective, in the same order everywhere) to save it
+        return {name: q.detach().full_tensor() if fsdp.is_sharded(q) else q.detach().clone()
+                for name, q in model.named_parameters() if name not in functional}
+    kept = checkpoint.load_start(Path(p.recipe.output_dir))
+    if kept is None and p.plan.methods and any(name not in functional for name, _ in model.named_parameters()):
+        reporter.warn(f"{p.recipe.output_dir} was started before recall kept the new head's start "
+                      f"({rundir.START_FILE}): a teacher made from theta* takes last/'s head")
+    return kept or {}
+
+
+def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, start, new_dir: rundir.NewRunDir) -> TrainerState:
     """The trainer state of last/ with the optimizer, scaler and RNG streams it saved; or a fresh state
     and a new run directory holding config.yaml, metrics.jsonl and theta*."""
     ctx, run_dir = p.ctx, Path(p.recipe.output_dir)
@@ -454,6 +477,7 @@ def _restore_or_start(p: Prepared, optimizer, scaler, theta_star, new_dir: rundi
             dump_recipe(p.recipe, run_dir / rundir.CONFIG_FILE)
             (run_dir / rundir.METRICS_FILE).touch()
             checkpoint.save_theta_star(run_dir, theta_star)
+            checkpoint.save_start(run_dir, start)
         return TrainerState(world_size=ctx.world_size, precision=p.precision)
     state = p.saved.state
     state.precision = p.precision  # a 0.1 checkpoint records it from now on

@@ -24,14 +24,11 @@ class EmbeddingAnchorMethod(Method):
     name = "keep"
     label = "embedding anchor"
     paper = "LwF (Li & Hoiem 2016); LDIFS (Mukhoti et al. 2023, arXiv 2308.13320)"
-    url = "https://arxiv.org/abs/2308.13320"
     switch = "keep.embeddings"
     keys = ("keep.embeddings", "keep.pooling", "keep.distance", "keep.schedule", "keep.texts", "keep.text_column",
             "keep.batch_size", "keep.layers")
     cell = "keep"
     short = "keep"
-    needs = "features"
-    record_fields = ("loss_task", "loss_keep", "keep_weight")
     family = Family("keep", "#E69F00", hue_rank=0, line_title="embedding anchor", line_style="--")
 
     def describe(self, recipe: Any) -> str:
@@ -96,6 +93,21 @@ class EmbeddingAnchorMethod(Method):
                 problems.append(str(exc))
         return problems
 
+    def extra_bytes(self, run: Any) -> int:
+        """theta*'s cached features of what the run draws, or past the cache's limit a frozen theta*."""
+        from ...errors import RecallError
+        from .build import anchor_bytes
+        from .texts import read_texts
+
+        k = run.recipe.keep
+        try:
+            total = run.rows if k.texts == TASK else len(read_texts(k))
+        except RecallError:
+            return 0  # check_inputs names the file's problem
+        hidden = getattr(run.config, "hidden_size", None) or getattr(run.config, "d_model", 0)
+        return anchor_bytes(run.recipe, total, hidden, run.parameters, total_steps=run.total_steps,
+                            world_size=run.world_size)
+
     def reads_recall_schedule(self, recipe: Any) -> bool:
         return recipe.keep.schedule == "recall"
 
@@ -109,7 +121,7 @@ class EmbeddingAnchorMethod(Method):
         anchor, plan, seconds = build_anchor(
             run.recipe, run.model, run.theta_star, run.train, total_steps=run.total_steps, device=run.device,
             autocast=run.autocast, pad_id=run.pad_id, batch_size=run.eval_batch, fresh=run.fresh,
-            tokenizer=run.tokenizer, rank=run.rank, world_size=run.world_size)
+            tokenizer=run.tokenizer, rank=run.rank, world_size=run.world_size, pull=run.plan.pull_at)
         return AnchorRun(anchor, {"anchor": plan.say(f", pre-pass {seconds:.1f} s" if plan.cached else "")})
 
     def dry_run_lines(self, prepared: Any) -> dict[str, str]:

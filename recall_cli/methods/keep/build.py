@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from ...distributed import shard
 from ...recipe import Recipe
-from ...tasks import Examples, Features
-from ...tasks.batches import BatchOrder, pad_inputs, padded_length, tokenize
-from ...training.plan import recall_terms
+from ...tasks import Features
+from ...tasks.batches import BatchOrder, pad_inputs, padded_length
 from ...plugins.methods import MethodRun
+from ..teacher import copy_bytes, frozen_copy
 from . import texts as anchor_texts
-from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples, theta_star_copy
+from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples
 
 
 class AnchorRun(MethodRun):
@@ -37,15 +37,6 @@ class AnchorRun(MethodRun):
     def before_micro_batch(self, position: int) -> None:
         if isinstance(self.anchor, TextAnchor):
             self.anchor.at(position)
-
-
-def recall_schedule(recipe: Recipe, total_steps: int):
-    """RecAdam's pull weight at a step, max(anneal_w - lambda(t), recall_floor), from the recipe's
-    anneal keys whatever the optimizer (keep.schedule=recall). Under LP-FT the schedule starts with the
-    fine-tuning phase, as RecAdam's does: it anneals on each weight's own step count, and the encoder's
-    first step is the run's step linear_probe_steps + 1."""
-    schedule, offset = recall_terms(recipe, total_steps)
-    return lambda step: schedule.pull(schedule.lam(max(0, step - offset)))
 
 
 def layers_of(recipe: Recipe) -> tuple[int, ...] | None:
@@ -90,9 +81,17 @@ def plan_anchor(recipe: Recipe, total: int, hidden_size: int, *, total_steps: in
                                                 f"{CACHE_LIMIT_BYTES / 2**30:g} GiB limit", second)
 
 
-def tokenize_texts(texts: list[str], tokenizer: Any, max_seq_length: int) -> Features:
-    """Anchor texts tokenized as the task's single sentences are (no labels to learn)."""
-    return tokenize(Examples([(t,) for t in texts], [0] * len(texts), "keep.texts"), tokenizer, max_seq_length)
+def anchor_bytes(recipe: Recipe, total: int, hidden_size: int, parameters: int, *, total_steps: int | None,
+                 world_size: int = 1) -> int:
+    """What the anchor adds to a process's memory: its cache of theta*'s features of what the run draws
+    (``total_steps`` None: every one of the ``total`` rows or texts), or, past the cache's limit, a frozen
+    theta* of ``parameters`` weights."""
+    if total_steps is None:
+        layers = layers_of(recipe)
+        size = cache_bytes(total, hidden_size, len(layers) if layers else 1)
+        return size if size <= CACHE_LIMIT_BYTES else copy_bytes(parameters)
+    plan = plan_anchor(recipe, total, hidden_size, total_steps=total_steps, world_size=world_size)
+    return plan.bytes if plan.cached else copy_bytes(parameters)
 
 
 def prepass_batches(features: Features, rows: list[int], batch_size: int, pad_id: int, recipe: Recipe,
@@ -124,22 +123,27 @@ def estimate_prepass(model: torch.nn.Module, features: Features, rows: list[int]
 
 def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, torch.Tensor], features: Features,
                  *, total_steps: int, device: torch.device, autocast, pad_id: int, batch_size: int, fresh: bool,
-                 tokenizer: Any = None, rank: int = 0, world_size: int = 1) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
+                 tokenizer: Any = None, rank: int = 0, world_size: int = 1,
+                 pull: Callable[[int], float] | None = None) -> tuple[EmbeddingAnchor, AnchorPlan, float]:
     """(the anchor term, its plan, the pre-pass seconds). ``features``: the training rows (the anchor's
     inputs under keep.texts=task); ``tokenizer`` tokenizes a pool or file of texts. ``fresh``: ``model``
-    still holds theta* (a new run, before step 1); else a copy with theta* loaded back computes theta*'s features."""
+    still holds theta* (a new run, before step 1); else a copy with theta* loaded back computes theta*'s features.
+    ``pull``: RecAdam's pull weight at a run's step, as the run's plan has it (RunPlan.pull_at, LP-FT's head
+    phase included), which keep.schedule=recall follows."""
     k = recipe.keep
+    if k.schedule == "recall" and pull is None:
+        raise ValueError("keep.schedule=recall follows RecAdam's pull weight: give pull (the run's RunPlan.pull_at)")
     on_task = k.texts == anchor_texts.TASK
     texts = None if on_task else anchor_texts.read_texts(k)
     plan = plan_anchor(recipe, len(features) if on_task else len(texts), model.config.hidden_size,
                        total_steps=total_steps, world_size=world_size)
     if not on_task:  # only the texts the run draws are tokenized: row r of `features` is the r-th of plan.rows
-        features = tokenize_texts([texts[i] for i in plan.rows], tokenizer, recipe.task.max_seq_length)
+        features = anchor_texts.tokenize_texts([texts[i] for i in plan.rows], tokenizer, recipe.task.max_seq_length)
     common: dict[str, Any] = {"pooling": k.pooling, "distance": k.distance, "layers": layers_of(recipe),
-                              "schedule": recall_schedule(recipe, total_steps) if k.schedule == "recall" else None}
+                              "schedule": pull if k.schedule == "recall" else None}
     seconds = 0.0
     if plan.cached:
-        source = model if fresh else theta_star_copy(model, theta_star)
+        source = model if fresh else frozen_copy(model, theta_star)
         rows = plan.rows if on_task else list(range(len(features)))
         started = time.perf_counter()
         common["cache"] = embed_examples(source, prepass_batches(features, rows, batch_size, pad_id, recipe, device),
@@ -147,7 +151,7 @@ def build_anchor(recipe: Recipe, model: torch.nn.Module, theta_star: dict[str, t
         seconds = time.perf_counter() - started
         del source
     else:
-        common["theta_star"] = theta_star_copy(model, theta_star)
+        common["theta_star"] = frozen_copy(model, theta_star)
     if on_task:
         if plan.cached and len(plan.rows) < plan.total:  # example i's row in the cache
             common["slot"] = _slots(plan.rows, plan.total, device)
@@ -191,7 +195,7 @@ def dry_run_line(prepared: Any) -> str:
         return plan.say()
     rows = plan.rows
     if not on_task:
-        features = tokenize_texts([texts[i] for i in plan.rows], prepared.tokenizer, recipe.task.max_seq_length)
+        features = anchor_texts.tokenize_texts([texts[i] for i in plan.rows], prepared.tokenizer, recipe.task.max_seq_length)
         rows = list(range(len(features)))
     batch = tc.eval_batch_size or 2 * tc.batch_size
     pad_id = prepared.tokenizer.pad_token_id if prepared.tokenizer.pad_token_id is not None else 0

@@ -24,7 +24,6 @@ Distances, each averaged over the batch:
 
 from __future__ import annotations
 
-import copy
 import math
 from contextlib import nullcontext
 from typing import Any, Callable, Sequence
@@ -168,17 +167,6 @@ class TextAnchor(EmbeddingAnchor):
         else:
             star = self.theta_star_features(inputs)
         return gap(student, star, self.kind, self.layers)
-
-
-def theta_star_copy(model: torch.nn.Module, theta_star: dict[str, Tensor]) -> torch.nn.Module:
-    """A frozen copy of ``model`` holding theta* (by parameter name), in eval mode: the function to keep."""
-    frozen = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, p in frozen.named_parameters():
-            if name in theta_star:
-                p.copy_(theta_star[name].to(p.device, p.dtype))
-            p.requires_grad_(False)
-    return frozen.eval()
 
 
 @torch.no_grad()

@@ -184,3 +184,12 @@ def drawn(order: Any, micro_batches: int) -> list[int]:
     if micro_batches >= order.per_epoch:
         return list(range(order.n))
     return sorted({i for position in range(micro_batches) for i in order.batch(position)})
+
+
+def tokenize_texts(texts: list[str], tokenizer: Any, max_seq_length: int) -> Any:
+    """Anchor texts tokenized as the task's single sentences are (no labels to learn): tasks' Features,
+    read by both anchors (the LM anchor's texts too)."""
+    from ...tasks import Examples
+    from ...tasks.batches import tokenize
+
+    return tokenize(Examples([(t,) for t in texts], [0] * len(texts), "keep.texts"), tokenizer, max_seq_length)

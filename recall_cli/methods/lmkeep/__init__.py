@@ -20,13 +20,11 @@ class NextTokenAnchorMethod(Method):
     name = "lm_keep"
     label = "LM anchor"
     paper = "LwF (Li & Hoiem 2016) on a causal LM's next-token distributions"
-    url = "https://arxiv.org/abs/1606.09282"
     switch = "keep.next_token"
     keys = ("keep.next_token",)
     reads = ("keep.texts", "keep.text_column", "keep.batch_size")  # the embedding anchor's (it documents them)
     cell = "lmkeep"
     short = "lm_keep"
-    record_fields = ("loss_task", "loss_lm_keep", "lm_keep_weight")
     family = Family("lm_keep", "#CC79A7", hue_rank=3, line_title="LM anchor", line_style=":")
 
     def describe(self, recipe: Any) -> str:
@@ -57,6 +55,12 @@ class NextTokenAnchorMethod(Method):
         except PreflightError as exc:
             return [] if recipe.keep.embeddings > 0 and recipe.keep.texts != TASK else [str(exc)]
         return _probe_overlap(recipe, anchored)
+
+    def extra_bytes(self, run: Any) -> int:
+        """The frozen theta* beside the student."""
+        from ..teacher import copy_bytes
+
+        return copy_bytes(run.parameters)
 
     def start(self, run: Any) -> MethodRun:
         from .term import build_term

@@ -11,9 +11,8 @@ from torch import Tensor
 
 from ...distributed import shard
 from ...tasks.batches import pad_inputs
-from ..keep.build import tokenize_texts
-from ..keep.term import theta_star_copy
-from ..keep.texts import next_token_texts, read_texts, text_order
+from ..keep.texts import next_token_texts, read_texts, text_order, tokenize_texts
+from ..teacher import frozen_copy
 
 
 class NextTokenAnchor:
@@ -58,7 +57,7 @@ def build_term(run: Any) -> tuple[NextTokenAnchor, str]:
         rows = order.batch(position)
         return shard(rows, run.rank, run.world_size) or rows[:1]
 
-    frozen = theta_star_copy(run.model, run.theta_star)
+    frozen = frozen_copy(run.model, run.theta_star)
     term = NextTokenAnchor(recipe.keep.next_token, student=run.model, theta_star=frozen, texts=features, draw=draw,
                            pad_id=run.pad_id, max_length=recipe.task.max_seq_length)
     line = (f"a frozen theta* beside the student; each micro-batch adds {order.batch_size // run.world_size} of "

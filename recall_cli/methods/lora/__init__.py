@@ -1,7 +1,7 @@
 """LoRA (Hu et al. 2021, arXiv 2106.09685) through peft, as recall's first adapter (plugins/adapter.py):
 theta* stays frozen, low-rank adapters learn the update, the classification head trains in full.
 
-    peft_lora.py   wrapping, counting, merging, saving and loading with peft
+    peft_lora.py   wrapping, counting, saving and loading with peft (merging: plugins/adapter.PeftAdapted)
     corda.py       CorDA's start: the calibration sentences, their covariances, the cached decomposition
 
 "LoRA learns less and forgets less" (Biderman et al. 2024, arXiv 2405.09673), on the same trade-off curve
@@ -20,11 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ...plugins.adapter import Adapted, Adapter
+from ...plugins.adapter import Adapter, PeftAdapted
 from ...plugins.methods import Family, register_method
 
 
-class PeftLora(Adapted):
+class PeftLora(PeftAdapted):
     extra_markers = ("lora_", "original_module")
 
     def __init__(self, wrapped: Any, start: Any = None):
@@ -32,18 +32,6 @@ class PeftLora(Adapted):
         # PiSSA's and CorDA's start (A0, B0 by layer): what adapter/ is converted against; None: B0 = 0.
         self.initial = None
         self.start = start  # CorDA's (corda.CordaStart): its cache, and the dry run's words
-
-    @property
-    def base_model(self) -> Any:
-        return self.wrapped.get_base_model()
-
-    def trainable_counts(self) -> tuple[int, int]:
-        return self.wrapped.get_nb_trainable_parameters()
-
-    def merged_copy(self) -> Any:
-        from .peft_lora import merged_copy
-
-        return merged_copy(self.wrapped)
 
     def save(self, folder: Any) -> None:
         from .peft_lora import save_adapter
@@ -72,7 +60,6 @@ class Lora(Adapter):
     name = "lora"
     label = "LoRA"
     paper = "Hu et al. 2021, arXiv 2106.09685; Biderman et al. 2024, arXiv 2405.09673"
-    url = "https://arxiv.org/abs/2106.09685"
     switch = "model.lora.r"
     keys = ("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules", "model.lora.init",
             "model.lora.corda_samples", "model.lora.use_dora", "model.lora.use_rslora")

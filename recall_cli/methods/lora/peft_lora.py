@@ -106,15 +106,6 @@ def check_decomposed_rank(model: torch.nn.Module, config: Any, r: int, init: str
                              f"dimension is {smaller[name]}): set it below {smaller[name]}")
 
 
-def is_lora(model: torch.nn.Module) -> bool:
-    return any("lora_" in name for name, _ in model.named_parameters())
-
-
-def trainable_counts(peft_model) -> tuple[int, int]:
-    """(trainable, all) parameters, as peft's print_trainable_parameters counts them."""
-    return peft_model.get_nb_trainable_parameters()
-
-
 def lora_layers(model: torch.nn.Module):
     """(the classifier's name for the layer, the layer) of every peft LoRA layer in ``model``."""
     from peft.tuners.lora import LoraLayer
@@ -131,7 +122,7 @@ def initial_adapters(model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, to
 
 def theta_star_names(model: torch.nn.Module, theta_star: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """theta* by the adapted model's parameter names, with every adapter at a zero update: loaded into the
-    model (probes/runner.weights_loaded, methods/keep.theta_star_copy), it computes theta*'s function.
+    model (probes/runner.weights_loaded, methods/teacher.frozen_copy), it computes theta*'s function.
     An adapted layer's weight is ``...query.base_layer.weight`` where theta* names ``...query.weight``
     (under PiSSA and CorDA it holds the residual; theta* goes there), every B is zero, and DoRA's magnitude
     is the norm of theta*'s rows, as DoRA starts it on a zero update."""
@@ -169,11 +160,6 @@ def update_norm(model: torch.nn.Module, initial: dict[str, tuple[torch.Tensor, t
                 delta = delta - transpose(b0 @ a0, module.fan_in_fan_out) * module.scaling[adapter]
             total += float(delta.float().pow(2).sum())
     return math.sqrt(total)
-
-
-def merged_copy(peft_model) -> torch.nn.Module:
-    """A plain transformers model with the adapters merged in (the training model is left as it is)."""
-    return copy.deepcopy(peft_model).merge_and_unload()
 
 
 def save_adapter(peft_model, folder: Path, initial: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:

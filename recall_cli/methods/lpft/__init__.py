@@ -22,7 +22,6 @@ class LinearProbeThenFinetune(Method):
     name = "lp_ft"
     label = "LP-FT"
     paper = "Kumar et al. 2022, arXiv 2202.10054"
-    url = "https://arxiv.org/abs/2202.10054"
     switch = "train.linear_probe_steps"
     keys = ("train.linear_probe_steps", "train.linear_probe_lr")
     cell = "lp"

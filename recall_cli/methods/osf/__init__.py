@@ -2,7 +2,7 @@
 as an adapter (plugins/adapter.py): each targeted weight keeps its top singular directions frozen and
 trains only the smallest ``model.osf.rank``, with their gradients projected off the frozen subspace.
 
-    peft_osf.py   wrapping, merging, saving and loading with peft
+    peft_osf.py   wrapping, saving and loading with peft (merging is the peft base's: plugins/adapter.PeftAdapted)
 
 Where LoRA adds a low-rank update in any direction (and at high learning rates adds "intruder"
 directions, arXiv 2410.21228), OSF moves a weight only within the subspace its pretrained spectrum uses
@@ -19,24 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...names import OPTIMIZERS
-from ...plugins.adapter import Adapted, Adapter
+from ...plugins.adapter import Adapter, PeftAdapted
 from ...plugins.methods import Family, register_method
 
 
-class PeftOsf(Adapted):
+class PeftOsf(PeftAdapted):
     extra_markers = ("osf_svd_params", "original_module")
-
-    @property
-    def base_model(self) -> Any:
-        return self.wrapped.get_base_model()
-
-    def trainable_counts(self) -> tuple[int, int]:
-        return self.wrapped.get_nb_trainable_parameters()
-
-    def merged_copy(self) -> Any:
-        from .peft_osf import merged_copy
-
-        return merged_copy(self.wrapped)
 
     def save(self, folder: Any) -> None:
         from .peft_osf import save_adapter
@@ -63,7 +51,6 @@ class Osf(Adapter):
     name = "osf"
     label = "OSF"
     paper = "Nayak et al. 2025, arXiv 2504.07097"
-    url = "https://arxiv.org/abs/2504.07097"
     switch = "model.osf.rank"
     keys = ("model.osf.rank", "model.osf.target_modules")
     cell = "osf"

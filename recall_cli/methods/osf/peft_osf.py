@@ -112,11 +112,6 @@ def update_norm(model: torch.nn.Module) -> float:
     return math.sqrt(total)
 
 
-def merged_copy(peft_model) -> torch.nn.Module:
-    """A plain transformers model with the update merged in (the training model is left as it is)."""
-    return copy.deepcopy(peft_model).merge_and_unload()
-
-
 def save_adapter(peft_model, folder: Path) -> None:
     peft_model.save_pretrained(str(folder / ADAPTER_DIR), safe_serialization=True)
 
