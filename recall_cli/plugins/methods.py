@@ -70,7 +70,7 @@ class Method:
     family: ClassVar[Family | None] = None
     section: ClassVar[str | None] = None  # a plugin's own top-level recipe section
     config: ClassVar[type | None] = None  # that section's frozen dataclass (defaults = off)
-    is_adapter: ClassVar[bool] = False  # an Adapter (methods/adapter.py): at most one per run
+    is_adapter: ClassVar[bool] = False  # an Adapter (plugins/adapter.py): at most one per run
 
     # ---- the recipe (no torch) ------------------------------------------------------------------
 
@@ -240,7 +240,7 @@ def active(values: Mapping[str, Any] | Any) -> list[Method]:
 
 
 def active_adapter(recipe: Any) -> Any:
-    """The adapter a recipe turns on (methods/adapter.py), or None."""
+    """The adapter a recipe turns on (plugins/adapter.py), or None."""
     return next((m for m in active(recipe) if m.is_adapter), None)
 
 

@@ -39,12 +39,10 @@ class ElasticWeightConsolidation(Method):
     name = "ewc"
     label = "EWC"
     paper = "Kirkpatrick et al. 2017, arXiv 1612.00796"
-    url = "https://arxiv.org/abs/1612.00796"
     switch = "ewc.weight"
     keys = ("ewc.weight", "ewc.samples", "ewc.gamma", "ewc.previous")
     cell = "ewc"
     short = "ewc"
-    record_fields = ("loss_task", "loss_ewc", "ewc_weight")
     family = Family("ewc", "#F0E442", hue_rank=4)
     section = "ewc"
     config = EwcConfig

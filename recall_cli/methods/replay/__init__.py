@@ -40,12 +40,10 @@ class Replay(Method):
     name = "replay"
     label = "replay"
     paper = "Chaudhry et al. 2019, arXiv 1902.10486"
-    url = "https://arxiv.org/abs/1902.10486"
     switch = "replay.rows"
     keys = ("replay.rows", "replay.ratio", "replay.previous")
     cell = "replay"
     short = "replay"
-    record_fields = ("loss_task", "loss_replay", "replay_weight")
     family = Family("replay", "#56B4E9", hue_rank=5)
     section = "replay"
     config = ReplayConfig
