@@ -171,3 +171,17 @@ def test_an_existing_sequence_needs_resume_or_overwrite(finished, tmp_path):
     files, out, _ = finished
     result = CliRunner().invoke(app, ["continual", *map(str, files), "--out", str(out)])
     assert result.exit_code == 2 and "--resume" in result.output
+
+
+@pytest.mark.slow
+def test_the_library_returns_the_sequences_matrix(finished):
+    """recall_cli.continual (the library's `recall continual`) on a finished sequence: the matrix of its
+    continual.json, stage by stage, and no stage trained again."""
+    import recall_cli
+
+    files, out, record = finished
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("stages/*/summary.json")}
+    matrix = recall_cli.continual([], [], out, resume=True)  # --resume: the command continual.json recorded
+    assert matrix == json.loads((out / "continual.json").read_text())["matrix"] == record["matrix"]
+    assert len(matrix) == 4 and all(len(row) == 3 for row in matrix[1:])
+    assert {p: p.stat().st_mtime_ns for p in out.glob("stages/*/summary.json")} == stamps

@@ -101,7 +101,7 @@ BLOCKS: list[tuple[str, int, str, str, str]] = [
      "a package install; tests/test_plugin_kinds.py writes the same entry points"),
     ("docs/continual.md", 0, "recall continual docs/study/continual/sst2.yaml", ELSEWHERE,
      "the study's sequence on MiniLM (minutes); tests/test_continual.py runs recall continual on a tiny BERT"),
-    ("docs/continual.md", 1, "import recall_cli", LIBRARY, "a fragment: tests/test_continual.py calls recall_cli.continual"),
+    ("docs/continual.md", 1, "import recall_cli", LIBRARY, "a fragment: tests/test_continual.py calls recall_cli.continual on a finished sequence"),
     ("docs/continual.md", 2, "DIR/", OUTPUT, "the folder's layout; tests/test_continual.py checks the files"),
     ("docs/continual.md", 3, "python docs/study/continual.py run", ELSEWHERE, "the study itself: tens of minutes"),
     ("docs/commands/continual.md", 0, "recall continual STAGE.yaml", OUTPUT, "synopsis: its options exist"),
