@@ -101,7 +101,7 @@ def test_probe_sizes_are_checked_for_every_caller(runs, tmp_path):
     from recall_cli.errors import ProbeError
     from recall_cli.probes.targets import probe_targets
 
-    for kwargs, named in (({"num_texts": 0}, "--num-texts 0"), ({"num_pairs": 2}, "--num-pairs 2"),
+    for kwargs, named in (({"num_texts": -1}, "--num-texts -1"), ({"num_pairs": 2}, "--num-pairs 2"),
                           ({"max_length": 0}, "--max-length 0"), ({"batch_size": 0}, "--batch-size 0")):
         with pytest.raises(ProbeError, match=f"^{named}: give a whole number"):
             probe_targets([str(runs["a"])], probes=["drift"], device="cpu", **kwargs)

@@ -25,7 +25,7 @@ from recall_cli.testing import save_with_tokenizer, tiny_bert, tiny_bert_dir
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC = {"RecAdam", "RecAdamCallback", "__version__", "anchor_distance", "probe", "recadam_for", "embedding_anchor",
-          "freeze_encoder", "unfreeze_encoder", "loss_step", "add_loss_terms", "LinearProbeCallback"}
+          "freeze_encoder", "unfreeze_encoder", "loss_step", "add_loss_terms", "LinearProbeCallback", "continual"}
 
 
 def readme_examples() -> list[str]:
