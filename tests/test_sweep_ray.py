@@ -227,6 +227,18 @@ def test_a_local_ray_keeps_its_sockets_where_their_paths_fit(monkeypatch, length
 def local_ray():
     """One local Ray (2 CPUs, no GPU) for the module's refusals: a sweep joins a Ray already started and leaves it."""
     ray = pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
+    from recall_cli.sweep import on_ray
+
+    # Started as recall starts a local Ray (RAY_AUTH_MODE=token, on_ray.quiet_token_warning). Ray caches its auth
+    # mode in the process: after an earlier Ray of the suite's process read another mode, its raylet and this
+    # driver disagreed on the token (the full suite's order, not this file's alone), so the cache is read afresh.
+    on_ray.quiet_token_warning(None)
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:  # another Ray: no such cache to reset
+        pass
+    else:
+        reset_auth_token_state()
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
