@@ -37,32 +37,32 @@ def _lm_fields(prober: Any, mine: Any, ref: Any, name: str) -> dict[str, Any]:
     return {**record, "notes": [note]} if note else record
 
 
-class Lm(Probe):
-    name, reads, causal = "lm", "lm_texts", True
+class _NextTokenProbe(Probe):
+    """lm and kl: one shared forward over the general prose (prober.shared), each probe its own fields of it."""
+
+    reads, causal = "lm_texts", True
+
+    def side(self, prober: Any, model: Any) -> Any:
+        return _next_tokens(prober, model)
+
+    def record(self, prober: Any, mine: Any, ref: Any) -> dict[str, Any]:
+        return _lm_fields(prober, mine, ref, self.name)
+
+
+class Lm(_NextTokenProbe):
+    name = "lm"
     measures = ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref", "lm_kept")
     skill, skill_title = "lm_kept", "LM loss kept L(θ*)/L(θ) on general text"
     lower_is_better = ("lm_loss", "lm_ppl")
     raw = ("lm_loss", "lm_loss_ref", "lm_ppl", "lm_ppl_ref")
 
-    def side(self, prober: Any, model: Any) -> Any:
-        return _next_tokens(prober, model)
 
-    def record(self, prober: Any, mine: Any, ref: Any) -> dict[str, Any]:
-        return _lm_fields(prober, mine, ref, "lm")
-
-
-class Kl(Probe):
-    name, reads, causal = "kl", "lm_texts", True
+class Kl(_NextTokenProbe):
+    name = "kl"
     measures = ("kl", "kl_kept")
     skill, skill_title = "kl_kept", "next-token agreement exp(−KL(θ*‖θ))"
     lower_is_better = ("kl",)
     raw = ("kl",)
-
-    def side(self, prober: Any, model: Any) -> Any:
-        return _next_tokens(prober, model)
-
-    def record(self, prober: Any, mine: Any, ref: Any) -> dict[str, Any]:
-        return _lm_fields(prober, mine, ref, "kl")
 
 
 class Choice(Probe):
