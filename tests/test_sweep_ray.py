@@ -229,19 +229,27 @@ def local_ray():
     ray = pytest.importorskip("ray", reason="recall-finetune[dev] installs ray; this checks the ray backend")
     from recall_cli.sweep import on_ray
 
-    # Started as recall starts a local Ray (RAY_AUTH_MODE=token, on_ray.quiet_token_warning). Ray caches its auth
-    # mode in the process: after an earlier Ray of the suite's process read another mode, its raylet and this
-    # driver disagreed on the token (the full suite's order, not this file's alone), so the cache is read afresh.
+    # Started as recall starts a local Ray (RAY_AUTH_MODE=token, on_ray.quiet_token_warning). Ray reads its auth
+    # mode at import and caches it: after an earlier Ray of the suite's process read another mode, its raylet and
+    # this driver disagreed on the token, so the cache is read afresh, and again once the mode is put back.
+    before = os.environ.get("RAY_AUTH_MODE")
     on_ray.quiet_token_warning(None)
-    try:
-        from ray._private.authentication_test_utils import reset_auth_token_state
-    except ImportError:  # another Ray: no such cache to reset
-        pass
-    else:
-        reset_auth_token_state()
+    reset_ray_auth_cache()
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    os.environ.pop("RAY_AUTH_MODE", None)
+    if before is not None:
+        os.environ["RAY_AUTH_MODE"] = before
+    reset_ray_auth_cache()
+
+
+def reset_ray_auth_cache() -> None:
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:  # another Ray: no such cache to reset
+        return
+    reset_auth_token_state()
 
 
 @pytest.mark.slow

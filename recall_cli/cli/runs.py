@@ -94,7 +94,7 @@ def sweep(
 
             check_resources(gpus_per_cell, cpus_per_cell)
             check_address(address)
-            import_ray()
+            import_ray(address)
             if jobs != 1:
                 fail("--jobs is the local backend's; with --backend ray, Ray runs as many cells at once as "
                      "--cpus-per-cell and --gpus-per-cell let fit", ExitCode.USAGE)

@@ -35,7 +35,12 @@ RETRIES = 3
 WRITER_WAIT_S = 180.0
 
 
-def import_ray() -> Any:
+def import_ray(address: str | None = None) -> Any:
+    """Ray, imported with a local start's token mode named first (quiet_token_warning): Ray reads the mode once,
+    at import, so naming it after would leave its GCS (a new process, reading it afresh) and this driver
+    disagreeing on the token, and a local Ray that never starts."""
+    if "ray" not in sys.modules:
+        quiet_token_warning(address)
     try:
         import ray
     except ImportError:
@@ -119,7 +124,7 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
     logs/ is written: a refusal leaves nothing, and shuts down the Ray it started."""
     check_resources(gpus_per_cell, cpus_per_cell)
     head = check_address(address)
-    ray = import_ray()
+    ray = import_ray(address)
     if all(c.state == FINISHED for c in sweep.cells):
         if announce:
             echo(announce)
@@ -146,7 +151,6 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
     if head is not None:
         _reach(address, head)
     temp_dir = local_temp_dir() if address in (None, "local") else None
-    quiet_token_warning(address)
     try:
         # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
@@ -175,7 +179,8 @@ def quiet_token_warning(address: str | None) -> None:
     """A local Ray (no --address) turns token authentication on by default and says so in a WARNING on
     every start. Naming that same mode explicitly (RAY_AUTH_MODE=token, Ray's own switch) keeps it and
     the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
-    the user set, and RECALL_DEBUG=1 shows the warning."""
+    the user set, and RECALL_DEBUG=1 shows the warning. Only before Ray's import (import_ray): a Ray already
+    imported (a caller's, a test's) keeps the mode it read, and warns."""
     if address is None and not os.environ.get("RECALL_DEBUG"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 
