@@ -29,7 +29,7 @@ from recall_cli.errors import PreflightError
 from recall_cli.methods.keep.build import build_anchor
 from recall_cli.methods.keep.term import EmbeddingAnchor, TextAnchor, features, pool
 from recall_cli.methods.teacher import frozen_copy
-from recall_cli.methods.keep.texts import ORDER_SALT, probe_overlap, read_texts
+from recall_cli.methods.anchor_texts import ORDER_SALT, probe_overlap, read_texts
 from recall_cli.model import build_model, load_tokenizer
 from recall_cli.recipe import recipe_from_dict
 from recall_cli.rundir import read_metrics

@@ -3,12 +3,11 @@ pooled sentence embedding of each training example, or of general sentences, nea
 
     term.py    the term itself (EmbeddingAnchor on the task's rows, TextAnchor on texts of its own), its
                poolings, layers and distances; the library's too
-    texts.py   the anchor's texts (recall's general pool or a file), their disjointness from the probes'
-               texts, and the order they are drawn in
     build.py   the run's anchor: theta*'s features of what the run draws, cached by a pre-pass, or a
                frozen theta* beside the student
 
-Its keys are the recipe's keep section (recipe/schema.py's KeepConfig): ``keep.embeddings`` turns it on.
+Its texts (recall's general pool or a file, kept disjoint from the probes', and their draw order) are
+methods/anchor_texts.py's, shared with the LM anchor (methods/lmkeep/). Its keys are the recipe's keep section (recipe/schema.py's KeepConfig): ``keep.embeddings`` turns it on.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 from ...names import OPTIMIZERS
 from ...plugins.methods import Family, Method, MethodRun, register_method
-from .texts import TASK, check_source, source_words
+from ..anchor_texts import TASK, check_source, source_words
 
 
 class EmbeddingAnchorMethod(Method):
@@ -79,7 +78,7 @@ class EmbeddingAnchorMethod(Method):
     def check_inputs(self, recipe: Any, config: Any) -> list[str]:
         """The model has the layers asked for; the texts can be read and none is a text the probes score."""
         from ...errors import PreflightError
-        from .texts import probe_overlap, read_texts
+        from ..anchor_texts import probe_overlap, read_texts
 
         k, problems = recipe.keep, []
         depth = getattr(config, "num_hidden_layers", None)
@@ -97,7 +96,7 @@ class EmbeddingAnchorMethod(Method):
         """theta*'s cached features of what the run draws, or past the cache's limit a frozen theta*."""
         from ...errors import RecallError
         from .build import anchor_bytes
-        from .texts import read_texts
+        from ..anchor_texts import read_texts
 
         k = run.recipe.keep
         try:

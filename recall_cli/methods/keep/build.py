@@ -2,7 +2,7 @@
 
 theta*'s features are computed here, before step 1, for what the run will read and nothing else: the
 training rows its steps draw (keep.texts: task; every row once the run reaches a second epoch), or the
-texts of the pool or file its micro-batches draw (texts.py's fixed order). They come from theta* itself:
+texts of the pool or file its micro-batches draw (methods/anchor_texts.py's fixed order). They come from theta* itself:
 on a new run the model as loaded (its encoder is theta*, and the head is not read); on a resumed run a
 copy of the model with theta* (anchor.safetensors) loaded back. The rows are a function of the recipe and
 the run's length, and the pass batches them alike, so the cache is rebuilt bit for bit rather than
@@ -23,7 +23,7 @@ from ...tasks import Features
 from ...tasks.batches import BatchOrder, pad_inputs, padded_length
 from ...plugins.methods import MethodRun
 from ..teacher import copy_bytes, frozen_copy
-from . import texts as anchor_texts
+from .. import anchor_texts
 from .term import CACHE_LIMIT_BYTES, EmbeddingAnchor, TextAnchor, cache_bytes, embed_examples
 
 

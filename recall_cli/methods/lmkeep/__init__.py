@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..keep.texts import TASK, check_source, next_token_texts, source_words
+from ..anchor_texts import TASK, check_source, next_token_texts, source_words
 from ...plugins.methods import Family, Method, MethodRun, register_method
 
 
@@ -43,7 +43,7 @@ class NextTokenAnchorMethod(Method):
         from ...tasks import task_for
 
         from ...errors import PreflightError
-        from ..keep.texts import read_texts
+        from ..anchor_texts import read_texts
 
         if task_for(recipe.task).num_labels:
             return [f"keep.next_token: the LM anchor keeps next-token distributions: it needs a causal-LM task "

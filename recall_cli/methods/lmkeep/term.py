@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ...distributed import shard
 from ...tasks.batches import pad_inputs
-from ..keep.texts import next_token_texts, read_texts, text_order, tokenize_texts
+from ..anchor_texts import next_token_texts, read_texts, text_order, tokenize_texts
 from ..teacher import frozen_copy
 
 

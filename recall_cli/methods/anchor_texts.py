@@ -1,4 +1,5 @@
-"""What the anchor reads when it is not the task's own rows, and the order every anchor draws in.
+"""What the text anchors (methods/keep/ and methods/lmkeep/, both of the keep section) read when it is not the
+task's own rows, and the order every anchor draws in. Shared by both rooms, so it lives beside them, not in one.
 
     keep.texts: task                    each training batch's own rows (the default)
     keep.texts: pool                    recall's general pool, data/pool/general.txt (data/pool/SOURCES.md)
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...errors import PreflightError
+from ..errors import PreflightError
 
 # Torch-free to import (describe and the recipe's checks read it): probes/ and tasks/batches.py load
 # inside the functions that read files or draw.
@@ -34,7 +35,7 @@ ORDER_SALT = 7919
 
 def pool_file() -> Path:
     """data/pool/general.txt, found as the probe texts are (probes/sets.py's DATA: beside the package)."""
-    from ...probes.sets import DATA
+    from ..probes.sets import DATA
 
     return DATA / "pool" / "general.txt"
 
@@ -100,8 +101,8 @@ def read_texts(keep: Any) -> list[str]:
 def _column(path: Path, text: str, wanted: str | None) -> tuple[str, list[dict]]:
     """(the column the texts are in, the file's rows as dicts), read by the task files' own reader (tasks/files.py):
     a line nested too deeply, a field past csv's size limit, a malformed row are refused as a task's file is."""
-    from ...errors import DataError
-    from ...tasks.files import jsonl_objects, table_records
+    from ..errors import DataError
+    from ..tasks.files import jsonl_objects, table_records
 
     try:
         if path.suffix.lower() == ".jsonl":
@@ -130,7 +131,7 @@ def probe_overlap(texts: list[str], probe: Any) -> str | None:
     texts file and STS pairs file (or the shipped defaults), read whole whatever probe.num_texts and
     num_pairs sample and whether or not this run probes (`recall probe` reads them later). A probe file
     that cannot be read counts nothing here: the probe's own check names it."""
-    from ...probes.sets import overlap
+    from ..probes.sets import overlap
 
     scored = _scored(probe)
     found = [f"{count:,} in the {kind} of {path}" for kind, path, sentences in scored
@@ -145,8 +146,8 @@ def probe_overlap(texts: list[str], probe: Any) -> str | None:
 
 def _scored(probe: Any) -> list[tuple[str, Path, list[str]]]:
     """(what, the file, its sentences) of each probe file that can be read."""
-    from ...errors import ProbeError
-    from ...probes.sets import DEFAULT_PAIRS, DEFAULT_TEXTS, load_pairs, load_texts
+    from ..errors import ProbeError
+    from ..probes.sets import DEFAULT_PAIRS, DEFAULT_TEXTS, load_pairs, load_texts
 
     out = []
     texts, pairs = Path(probe.texts_file or DEFAULT_TEXTS), Path(probe.pairs_file or DEFAULT_PAIRS)
@@ -165,7 +166,7 @@ def _scored(probe: Any) -> list[tuple[str, Path, list[str]]]:
 def text_order(n: int, recipe: Any, world_size: int = 1) -> Any:
     """The order a run draws its n anchor texts in: keep.batch_size a micro-batch and process (0 or null:
     train.batch_size), every process's share of one global draw, as the task's batches are."""
-    from ...tasks.batches import BatchOrder
+    from ..tasks.batches import BatchOrder
 
     per_process = recipe.keep.batch_size or recipe.train.batch_size
     return BatchOrder(n, per_process * world_size, recipe.train.seed + ORDER_SALT)
@@ -173,7 +174,7 @@ def text_order(n: int, recipe: Any, world_size: int = 1) -> Any:
 
 def task_order(n: int, recipe: Any, world_size: int = 1) -> Any:
     """The training rows' order, as the loop makes it (training/setup.py)."""
-    from ...tasks.batches import BatchOrder
+    from ..tasks.batches import BatchOrder
 
     return BatchOrder(n, recipe.train.batch_size * world_size, recipe.train.seed)
 
@@ -189,7 +190,7 @@ def drawn(order: Any, micro_batches: int) -> list[int]:
 def tokenize_texts(texts: list[str], tokenizer: Any, max_seq_length: int) -> Any:
     """Anchor texts tokenized as the task's single sentences are (no labels to learn): tasks' Features,
     read by both anchors (the LM anchor's texts too)."""
-    from ...tasks import Examples
-    from ...tasks.batches import tokenize
+    from ..tasks import Examples
+    from ..tasks.batches import tokenize
 
     return tokenize(Examples([(t,) for t in texts], [0] * len(texts), "keep.texts"), tokenizer, max_seq_length)
