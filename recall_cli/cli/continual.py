@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
 
 
 def continual(
-    stages: Annotated[Optional[list[str]], typer.Argument(help="Stage recipes in order, then dotted KEY=VALUE overrides for every stage (continual.weights=best, continual.probe=true: the sequence's own).", show_default=False)] = None,
+    stages: Annotated[Optional[list[str]], typer.Argument(help="Stage recipes in order, then dotted KEY=VALUE overrides for every stage (continual.weights=best, continual.probe=true, continual.merge=recall, continual.merge.NAME=VALUE, continual.theta_star=original: the sequence's own).", show_default=False)] = None,
     out: Annotated[Path, typer.Option("--out", help="The sequence's folder: stages/NN-TASK/ run directories, continual.json, matrix.png.", show_default=False)] = Path("runs/continual"),
     resume: Annotated[bool, typer.Option("--resume", help="Finish the sequence in --out (the command continual.json recorded).")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a sequence in --out.")] = False,
@@ -60,8 +60,9 @@ def continual(
                 return
             for k, v in lines.items():
                 typer.echo(f"{k}: {v}")
-            typer.echo(f"continual: weights={plan.settings.weights} probe={plan.settings.probe} merge={plan.settings.merge}; "
-                       f"every stage's recipe checked (nothing written)")
+            merge = plan.settings.merge + "".join(f" {k}={v}" for k, v in plan.settings.merge_options.items())
+            typer.echo(f"continual: weights={plan.settings.weights} probe={plan.settings.probe} merge={merge} "
+                       f"theta_star={plan.settings.theta_star}; every stage's recipe checked (nothing written)")
             return
         from .console import make_reporter, print_table
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..errors import RunDirError
 from .matrix import summarize
+from .merging import merge_stage, original_model
 from .plan import CONTINUAL_FILE, Plan, Stage, build_plan
 
 FORMAT = 1
@@ -47,8 +48,12 @@ def plan_for(files: list[Path], overrides: list[str], out: Path, *, seed: int | 
     if files or overrides or seed is not None:
         raise RunDirError("--resume continues the command recorded in continual.json: give --out alone")
     command = record["command"]
-    given = [f"continual.{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-             for k, v in command["continual"].items()]
+    def text(v: Any) -> str:
+        return 'null' if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    own = dict(command["continual"])
+    given = [f"continual.merge.{k}={text(v)}" for k, v in (own.pop("merge_options", None) or {}).items()]
+    given += [f"continual.{k}={text(v)}" for k, v in own.items()]
     return build_plan([Path(f) for f in command["stages"]], list(command["overrides"]) + given, out, command["seed"])
 
 
@@ -61,6 +66,8 @@ def stage_recipe(plan: Plan, stage: Stage, chosen: list[Path]) -> Any:
     extra = [f"output_dir={stage.run_dir}"] + ([f"train.seed={plan.seed}"] if plan.seed is not None else [])
     if chosen:
         extra.append(f"model.name_or_path={chosen[-1]}")
+        if plan.settings.theta_star == "original":  # theta* of RecAdam, the anchor and EWC: stage 1's model
+            extra.append(f"model.theta_star={plan.stages[0].recipe.model.name_or_path}")
     earlier = [s.run_dir for s in plan.stages[: stage.index - 1]]
     for method in registry.active(stage.recipe):
         hook = getattr(method, "continual_overrides", None)
@@ -157,13 +164,28 @@ def run_continual(files: list[Path], overrides: list[str], out: Path, *, resume:
                 finally:
                     if reporter is not None:
                         reporter.close()
-            chosen.append(chosen_weights(stage, plan.settings.weights))
+            trained = chosen_weights(stage, plan.settings.weights)
+            merged, merge_seconds = None, None
+            if plan.settings.merge != "none" and chosen:  # stage 1 has no earlier model to merge with
+                if not done:
+                    note(f"stage {stage.index}/{len(plan.stages)}: {plan.settings.merge} merge with {chosen[-1]}")
+                started = time.perf_counter()
+                merged, now = merge_stage(plan.settings.merge, plan.settings.merge_options, stage.run_dir, chosen[-1],
+                                          trained, original_model(plan.stages[0].recipe), plan.stages[0].recipe.train.device)
+                merge_seconds = time.perf_counter() - started if now else None
+            chosen.append(merged or trained)
             if done:
                 continue
             row, score_seconds = timed(scorer.row, stage.index, chosen)
             entry: dict[str, Any] = {"stage": stage.index, "task": stage.task,
-                                     "run_dir": str(stage.run_dir.relative_to(out)), "weights": plan.settings.weights}
+                                     "run_dir": str(stage.run_dir.relative_to(out)), "weights": plan.settings.weights,
+                                     # the model the row was read on (and the next stage starts from)
+                                     "scored_on": "merged" if merged else "trained"}
+            if merged:
+                entry["merged"] = str(merged.relative_to(out))
             seconds = {"score": score_seconds, **method_seconds(stage.run_dir)}
+            if merge_seconds is not None:
+                seconds["merge"] = merge_seconds
             from ..rundir import read_summary
 
             summary = read_summary(stage.run_dir)
