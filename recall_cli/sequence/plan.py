@@ -120,6 +120,7 @@ def build_plan(files: list[Path], overrides: list[str], out: Path, seed: int | N
     RecipeError listing each problem (unknown keys, missing files, another model family, width or
     tokenizer), exit 2."""
     from ..recipe import load_recipe
+    from .merging import original_model
 
     if not files:
         raise RecipeError("recall continual", ["give at least one stage recipe (recall continual A.yaml B.yaml --out DIR)"])
@@ -130,8 +131,12 @@ def build_plan(files: list[Path], overrides: list[str], out: Path, seed: int | N
         if not Path(file).is_file():
             problems.append(f"stage {index}: {file}: no such recipe file (check the path)")
             continue
+        # continual.theta_star=original: a later stage's recipe gets stage 1's model as model.theta_star (the
+        # runner's key), checked here with the rest (LoRA refuses it) before anything is written
+        mine = extra + ([f"model.theta_star={original_model(stages[0].recipe)}"]
+                        if settings.theta_star == "original" and index > 1 and stages else [])
         try:
-            recipe = load_recipe(file, stage_overrides + extra)
+            recipe = load_recipe(file, stage_overrides + mine)
         except RecipeError as exc:
             problems += [f"stage {index} ({file}): {p}" for p in exc.problems]
             continue
