@@ -169,6 +169,7 @@ def test_recall_and_ties_merge_a_sequence(tiny_model_dir, tmp_path):
     (["continual.merge=recall", "continual.merge.clusters=many"], "continual.merge.clusters: give an integer, got 'many'"),
     (["continual.merge=recall", "continual.merge.reference=x"], "continual.merge.reference: the reference is always the stage"),
     (["continual.merge=task_arithmetic"], "continual.merge: one of none, recall, linear, ties, got 'task_arithmetic'"),
+    (["continual.merge=ties", "continual.merge.base=/nowhere/model"], "continual.merge.base: /nowhere/model: no such"),
     (["continual.theta_star=pretrained"], "continual.theta_star: previous (the weights each stage starts from) or original"),
 ])
 def test_wrong_merge_and_theta_star_keys_are_one_line_and_write_nothing(tiny_model_dir, tmp_path, given, words):

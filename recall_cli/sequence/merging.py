@@ -70,6 +70,14 @@ def check_options(method: str, given: dict[str, Any]) -> tuple[dict[str, Any], l
         parsed = parse_options(values)
     except MergeError as exc:
         return {}, [f"continual.merge: {exc} (given as continual.merge.NAME=VALUE)"]
+    if "base" in values:  # opened now (names and shapes only), not after stage 2 has trained
+        from ..errors import RecallError
+        from ..merge.io import open_source
+
+        try:
+            open_source(values["base"])
+        except RecallError as exc:
+            problems.append(f"continual.merge.base: {exc}")
     if "weights" in parsed and len(parsed["weights"]) != 2:
         problems.append(f"continual.merge.weights: {len(parsed['weights'])} values; give 2: the previous merged model's "
                         "and the stage's (e.g. 0.5,0.5)")
