@@ -14,7 +14,8 @@ from .common import JsonOpt, dumps_json, run_guarded
 CONTINUAL_EXIT_CODES = exit_codes_help({
     ExitCode.OK: "ok",
     ExitCode.FAILURE: "unexpected failure",
-    ExitCode.USAGE: "bad usage: a stage recipe that does not build (unknown key, missing file), a stage whose model "
+    ExitCode.USAGE: "bad usage: a stage recipe that does not build (unknown key, missing file), a wrong continual.* key "
+                    "or merge option, a stage whose model "
                     "family, width or tokenizer differs from stage 1's, an --out that holds a sequence (without "
                     "--resume or --overwrite), or another recall continual writing it (nothing is written)",
     ExitCode.DIVERGED: "a stage diverged (NaN/inf loss)",

@@ -26,7 +26,7 @@ from typing import Any
 
 MERGED_DIR = "merged"
 OPTION_PREFIX = "merge."
-METHODS = ("recall", "linear", "ties")  # those that merge two models with no extra input of their own
+METHODS = ("recall", "linear", "ties")  # what continual.merge offers besides none (plan.MERGES)
 NOT_HERE = {"reference": "the reference is always the stage just trained"}
 
 
