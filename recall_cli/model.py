@@ -423,6 +423,10 @@ def build_model(cfg: ModelConfig, task: TaskType, seed: int, dtype: torch.dtype 
     theta_star = theta_star_by_name(pretrained, fresh)
     if not theta_star:
         raise ModelLoadError(f"no parameter of {cfg.name_or_path} has pretrained weights: is it a pretrained checkpoint?")
+    if cfg.theta_star is not None:  # the same parameters' weights in another checkpoint (recipe/schema.py's model.theta_star)
+        other, info = _load("model", auto.from_pretrained, cfg.theta_star, output_loading_info=True, ignore_mismatched_sizes=True,
+                            dtype=dtype, trust_remote_code=cfg.trust_remote_code, **task.head_config())
+        theta_star = {n: t for n, t in theta_star_by_name(other, fresh_parameters(info), copy=False).items() if n in theta_star}
     if cfg.init == "pretrained":
         return BuiltModel(pretrained, theta_star)
 

@@ -32,9 +32,16 @@ METHODS: dict[str, list[str]] = {
     "ewc_1e6": ["ewc.weight=1e6", "ewc.samples=64"],
     "ewc_1e8": ["ewc.weight=1e8", "ewc.samples=64"],
     "replay": ["replay.rows=200", "replay.ratio=0.25"],
+    # RECALL's baselines and its own scenario (issue 49): a fresh LoRA adapter a stage, merged in at its end; each
+    # stage merged with the previous merge; and RecAdam held to the original model instead of the previous stage
+    "lora": ["model.lora.r=8", "optimizer.lr=1e-3"],
+    "recall_merge": ["continual.merge=recall"],
+    "recadam_original": ["optimizer.name=recadam", "continual.theta_star=original"],
 }
 LABELS = {"sequential": "sequential", "recadam": "RecAdam (θ* previous)", "anchor": "embedding anchor 1 (θ* previous)",
-          "ewc_1e6": "EWC λ=1e6", "ewc_1e8": "EWC λ=1e8", "replay": "replay 200 rows/task, ratio 0.25"}
+          "ewc_1e6": "EWC λ=1e6", "ewc_1e8": "EWC λ=1e8", "replay": "replay 200 rows/task, ratio 0.25",
+          "lora": "LoRA per stage r=8, lr 1e-3", "recall_merge": "RECALL merge after each stage",
+          "recadam_original": "RecAdam (θ* original)"}
 BEGIN, END = "<!-- continual-study:begin -->", "<!-- continual-study:end -->"
 
 

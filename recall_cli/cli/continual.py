@@ -14,7 +14,8 @@ from .common import JsonOpt, dumps_json, run_guarded
 CONTINUAL_EXIT_CODES = exit_codes_help({
     ExitCode.OK: "ok",
     ExitCode.FAILURE: "unexpected failure",
-    ExitCode.USAGE: "bad usage: a stage recipe that does not build (unknown key, missing file), a stage whose model "
+    ExitCode.USAGE: "bad usage: a stage recipe that does not build (unknown key, missing file), a wrong continual.* key "
+                    "or merge option, a stage whose model "
                     "family, width or tokenizer differs from stage 1's, an --out that holds a sequence (without "
                     "--resume or --overwrite), or another recall continual writing it (nothing is written)",
     ExitCode.DIVERGED: "a stage diverged (NaN/inf loss)",
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
 
 
 def continual(
-    stages: Annotated[Optional[list[str]], typer.Argument(help="Stage recipes in order, then dotted KEY=VALUE overrides for every stage (continual.weights=best, continual.probe=true: the sequence's own).", show_default=False)] = None,
+    stages: Annotated[Optional[list[str]], typer.Argument(help="Stage recipes in order, then dotted KEY=VALUE overrides for every stage (continual.weights=best, continual.probe=true, continual.merge=recall, continual.merge.NAME=VALUE, continual.theta_star=original: the sequence's own).", show_default=False)] = None,
     out: Annotated[Path, typer.Option("--out", help="The sequence's folder: stages/NN-TASK/ run directories, continual.json, matrix.png.", show_default=False)] = Path("runs/continual"),
     resume: Annotated[bool, typer.Option("--resume", help="Finish the sequence in --out (the command continual.json recorded).")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a sequence in --out.")] = False,
@@ -60,8 +61,9 @@ def continual(
                 return
             for k, v in lines.items():
                 typer.echo(f"{k}: {v}")
-            typer.echo(f"continual: weights={plan.settings.weights} probe={plan.settings.probe} merge={plan.settings.merge}; "
-                       f"every stage's recipe checked (nothing written)")
+            merge = plan.settings.merge + "".join(f" {k}={v}" for k, v in plan.settings.merge_options.items())
+            typer.echo(f"continual: weights={plan.settings.weights} probe={plan.settings.probe} merge={merge} "
+                       f"theta_star={plan.settings.theta_star}; every stage's recipe checked (nothing written)")
             return
         from .console import make_reporter, print_table
 

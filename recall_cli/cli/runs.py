@@ -193,7 +193,7 @@ def forgetting(
 
 
 def compare(
-    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set.", show_default=False)],
+    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set. Folders holding recall continual sequences (continual.json) are compared by method: ACC, BWT, FWT, forgetting, last task, STS kept.", show_default=False)],
     by: Annotated[Optional[list[str]], typer.Option(help="Recipe key(s) to group by (default: every key that differs between runs of a task), e.g. optimizer.anneal_k or k.")] = None,
     metric: Annotated[str, typer.Option(help="Eval metric: main (the paper's per-task metric), accuracy, f1, mcc, pearson, spearman; a probe measure (sts_retained, cka, drift, ...); distance (||theta - theta*||) or train_seconds.")] = "main",
     table: Annotated[Optional[str], typer.Option(help="Paper preset: init (Table 2: vanilla / RecAdam + PI / + RI), k (one row per k), main (Table 1: vanilla vs RecAdam, median and max; per task the setting with the best median on dev, as the paper selects t0 and k).")] = None,
@@ -226,6 +226,13 @@ def compare(
         check_level(ci)
         if ci != 0.95 and against is None:
             raise ReportError("--ci sets the level of --against's intervals: give --against SETTING too")
+        from ..report.continual import has_sequences
+
+        if has_sequences(run_dir):  # recall continual's folders: one row per method, ACC and BWT over seeds
+            given = {"--table": table, "--by": by, "--where": where, "--stats": stats,
+                     "--at": None if at == "final" else at, "--metric": None if metric == "main" else metric}
+            _compare_sequences(run_dir, fmt, against, ci, [flag for flag, value in given.items() if value])
+            return
         runs = report.load_runs(run_dir, warn=_warn)
         runs = report.filter_runs(runs, list(where or []))
         if not mixed_devices:
@@ -247,6 +254,21 @@ def compare(
 
 
 LABEL_CHOICES = ("names", "keys")
+
+
+def _compare_sequences(roots: list[Path], fmt: str, against: str | None, ci: float, unused: list[str]) -> None:
+    """compare of continual sequences (report/continual.py): its measures are the sequence's, so the options
+    that choose a run's metric, eval or grouping do not apply and are refused."""
+    from ..report import continual
+
+    if unused:
+        raise ReportError(f"{', '.join(unused)}: not read for continual sequences (compare groups them by method and "
+                          "reports ACC, BWT, FWT, forgetting, the last task and STS kept): drop them")
+    result = continual.comparison(continual.methods_under(roots, warn=_warn), against, ci)
+    if fmt == "json":
+        typer.echo(dumps_json(result))
+    else:
+        typer.echo(continual.csv_text(result) if fmt == "csv" else continual.markdown(result), nl=False)
 
 
 def show_table(plain, rich_table, console=None) -> None:

@@ -76,6 +76,11 @@ class ModelConfig:
     # and anchors it like the encoder, "new" always starts a fresh one. A head whose label count differs
     # from the task's is replaced whatever this says.
     head: Literal["auto", "keep", "new"] = "auto"
+    # Where theta* comes from (what RecAdam, the embedding anchor and EWC keep, and what the probes compare
+    # with): null, the weights the run starts from (name_or_path); or another checkpoint of the same model,
+    # e.g. the original pretrained model in a later stage of `recall continual` (continual.theta_star=original).
+    # A head it lacks, or one the run starts afresh, has no anchor.
+    theta_star: str | None = field(default=None, metadata=WHEN_SET)
     lora: LoraConfig = field(default_factory=LoraConfig)
     osf: OsfConfig = field(default_factory=OsfConfig, metadata=WHEN_SET)
 

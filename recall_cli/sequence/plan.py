@@ -9,6 +9,7 @@ directory `recall finetune --resume`, `evaluate` and `probe` read as they read a
     model.name_or_path  stage i-1's chosen weights (stage 1: its recipe's model)
     ewc.previous        stage i-1's run directory, where EWC is on (methods/ewc)
     replay.previous     every earlier stage's run directory, where replay is on (methods/replay)
+    model.theta_star    stage 1's model, under continual.theta_star=original (stages 2..T)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ..errors import RecallError, RecipeError
 # The sequence's own keys (given on the command line as continual.KEY=VALUE), with their defaults.
 WEIGHTS = ("last", "best")
 MERGES = ("none", "recall", "linear", "ties")
-DEFAULTS: dict[str, Any] = {"weights": "last", "probe": None, "merge": "none"}
+THETA_STARS = ("previous", "original")
+DEFAULTS: dict[str, Any] = {"weights": "last", "probe": None, "merge": "none", "theta_star": "previous"}
 STAGES_DIR = "stages"
 CONTINUAL_FILE = "continual.json"
 MATRIX_PNG = "matrix.png"
@@ -32,12 +34,16 @@ MATRIX_PNG = "matrix.png"
 class Settings:
     """continual.weights: which checkpoint of a stage the next stage starts from and the matrix scores
     (last, or best on the stage's dev/holdout); continual.probe: measure the original model's kept skill
-    after each stage (null: as stage 1's probe.enabled says); continual.merge: none (merge after each stage
-    is not built yet: anything else is refused)."""
+    after each stage (null: as stage 1's probe.enabled says); continual.merge: none, or the `recall merge`
+    method that merges each stage's weights (from stage 2) with the previous merged model (merging.py),
+    continual.merge.NAME its options; continual.theta_star: what RecAdam, the anchor and EWC keep in stages
+    2..T, the previous stage's weights (each stage's start) or the original pretrained model (stage 1's)."""
 
     weights: str = "last"
     probe: bool | None = None
     merge: str = "none"
+    theta_star: str = "previous"
+    merge_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,15 +69,19 @@ class Plan:
 
     def command(self) -> dict[str, Any]:
         """What continual.json records of the command, which --resume reads back."""
-        return {"stages": self.files, "overrides": self.overrides, "seed": self.seed,
-                "continual": {"weights": self.settings.weights, "probe": self.settings.probe, "merge": self.settings.merge}}
+        s = self.settings
+        own = {"weights": s.weights, "probe": s.probe, "merge": s.merge, "theta_star": s.theta_star}
+        if s.merge_options:
+            own["merge_options"] = dict(s.merge_options)
+        return {"stages": self.files, "overrides": self.overrides, "seed": self.seed, "continual": own}
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], Settings, list[str]]:
     """(the stages' overrides, the sequence's settings, problems with continual.* keys)."""
     from ..recipe.build import parse_override
+    from .merging import OPTION_PREFIX, check_options
 
-    stage, values, problems = [], dict(DEFAULTS), []
+    stage, values, problems, options = [], dict(DEFAULTS), [], {}
     for text in overrides:
         if not text.strip().startswith("continual."):
             stage.append(text)
@@ -82,20 +92,23 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], Settings, list[str
             problems.append(str(exc))
             continue
         name = key.split(".", 1)[1]
-        if name not in DEFAULTS:
+        if name.startswith(OPTION_PREFIX):  # continual.merge.NAME: the merge's own option, checked below
+            options[name[len(OPTION_PREFIX):]] = value
+        elif name not in DEFAULTS:
             problems.append(f"unknown key '{key}' (the sequence's keys: {', '.join('continual.' + k for k in DEFAULTS)})")
         elif name == "weights" and value not in WEIGHTS:
             problems.append(f"continual.weights: last or best, got {value!r}")
         elif name == "merge" and value not in MERGES:
             problems.append(f"continual.merge: one of {', '.join(MERGES)}, got {value!r}")
-        elif name == "merge" and value != "none":
-            problems.append(f"continual.merge: merging after each stage is not built yet (set continual.merge=none; "
-                            f"`recall merge` merges stage folders by hand), got {value!r}")
+        elif name == "theta_star" and value not in THETA_STARS:
+            problems.append(f"continual.theta_star: previous (the weights each stage starts from) or original (stage 1's "
+                            f"model), got {value!r}")
         elif name == "probe" and not isinstance(value, bool) and value is not None:
             problems.append(f"continual.probe: true, false or null (stage 1's probe.enabled), got {value!r}")
         else:
             values[name] = value
-    return stage, Settings(**values), problems
+    merge_options, merge_problems = check_options(values["merge"], options) if values["merge"] in MERGES else ({}, [])
+    return stage, Settings(**values, merge_options=merge_options), problems + merge_problems
 
 
 def stage_dir(out: Path, index: int, task: str) -> Path:
@@ -107,6 +120,7 @@ def build_plan(files: list[Path], overrides: list[str], out: Path, seed: int | N
     RecipeError listing each problem (unknown keys, missing files, another model family, width or
     tokenizer), exit 2."""
     from ..recipe import load_recipe
+    from .merging import original_model
 
     if not files:
         raise RecipeError("recall continual", ["give at least one stage recipe (recall continual A.yaml B.yaml --out DIR)"])
@@ -117,8 +131,12 @@ def build_plan(files: list[Path], overrides: list[str], out: Path, seed: int | N
         if not Path(file).is_file():
             problems.append(f"stage {index}: {file}: no such recipe file (check the path)")
             continue
+        # continual.theta_star=original: a later stage's recipe gets stage 1's model as model.theta_star (the
+        # runner's key), checked here with the rest (LoRA refuses it) before anything is written
+        mine = extra + ([f"model.theta_star={original_model(stages[0].recipe)}"]
+                        if settings.theta_star == "original" and index > 1 and stages else [])
         try:
-            recipe = load_recipe(file, stage_overrides + extra)
+            recipe = load_recipe(file, stage_overrides + mine)
         except RecipeError as exc:
             problems += [f"stage {index} ({file}): {p}" for p in exc.problems]
             continue

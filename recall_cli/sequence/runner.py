@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..errors import RunDirError
 from .matrix import summarize
+from .merging import merge_stage, original_model
 from .plan import CONTINUAL_FILE, Plan, Stage, build_plan
 
 FORMAT = 1
@@ -47,8 +48,12 @@ def plan_for(files: list[Path], overrides: list[str], out: Path, *, seed: int | 
     if files or overrides or seed is not None:
         raise RunDirError("--resume continues the command recorded in continual.json: give --out alone")
     command = record["command"]
-    given = [f"continual.{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-             for k, v in command["continual"].items()]
+    def text(v: Any) -> str:
+        return 'null' if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    own = dict(command["continual"])
+    given = [f"continual.merge.{k}={text(v)}" for k, v in (own.pop("merge_options", None) or {}).items()]
+    given += [f"continual.{k}={text(v)}" for k, v in own.items()]
     return build_plan([Path(f) for f in command["stages"]], list(command["overrides"]) + given, out, command["seed"])
 
 
@@ -61,6 +66,8 @@ def stage_recipe(plan: Plan, stage: Stage, chosen: list[Path]) -> Any:
     extra = [f"output_dir={stage.run_dir}"] + ([f"train.seed={plan.seed}"] if plan.seed is not None else [])
     if chosen:
         extra.append(f"model.name_or_path={chosen[-1]}")
+        if plan.settings.theta_star == "original":  # theta* of RecAdam, the anchor and EWC: stage 1's model
+            extra.append(f"model.theta_star={original_model(plan.stages[0].recipe)}")
     earlier = [s.run_dir for s in plan.stages[: stage.index - 1]]
     for method in registry.active(stage.recipe):
         hook = getattr(method, "continual_overrides", None)
@@ -115,6 +122,43 @@ def method_counts(run_dir: Path) -> dict[str, int]:
     return {k: int(v) for k, v in block.items() if k.endswith("_rows") and str(v).isdigit()}
 
 
+def merged_weights(plan: Plan, stage: Stage, chosen: list[Path], done: bool,
+                   note: Callable[[str], None]) -> tuple[Path | None, float | None]:
+    """Under continual.merge, from stage 2: (stage i's merged model, the merge's seconds, None where it had
+    finished before); else (None, None). A done stage's merge is found, not redone."""
+    if plan.settings.merge == "none" or not chosen:  # stage 1 has no earlier model to merge with
+        return None, None
+    if not done:
+        note(f"stage {stage.index}/{len(plan.stages)}: {plan.settings.merge} merge with {chosen[-1]}")
+    started = time.perf_counter()
+    first = plan.stages[0].recipe
+    merged, now = merge_stage(plan.settings.merge, plan.settings.merge_options, stage.run_dir, chosen[-1],
+                              chosen_weights(stage, plan.settings.weights), original_model(first), first.train.device)
+    return merged, time.perf_counter() - started if now else None
+
+
+def stage_entry(out: Path, plan: Plan, stage: Stage, merged: Path | None,
+                seconds: dict[str, float | None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """continual.json's entry of a stage (without its probe) and its seconds: the model its row was read on,
+    what its methods counted and timed."""
+    from ..rundir import read_summary
+
+    entry: dict[str, Any] = {"stage": stage.index, "task": stage.task, "run_dir": str(stage.run_dir.relative_to(out)),
+                             "weights": plan.settings.weights,
+                             # the model the row was read on (and the next stage starts from)
+                             "scored_on": "merged" if merged else "trained"}
+    if merged:
+        entry["merged"] = str(merged.relative_to(out))
+    seconds = {k: v for k, v in seconds.items() if v is not None}
+    seconds.update(method_seconds(stage.run_dir))
+    summary = read_summary(stage.run_dir)
+    seconds["train"] = summary.train_seconds if summary is not None else None
+    counts = method_counts(stage.run_dir)
+    if counts:
+        entry["counts"] = counts
+    return entry, seconds
+
+
 def run_continual(files: list[Path], overrides: list[str], out: Path, *, resume: bool = False, overwrite: bool = False,
                   seed: int | None = None, reporter_for: Callable[[Stage], Any] | None = None,
                   note: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -157,20 +201,12 @@ def run_continual(files: list[Path], overrides: list[str], out: Path, *, resume:
                 finally:
                     if reporter is not None:
                         reporter.close()
-            chosen.append(chosen_weights(stage, plan.settings.weights))
+            merged, merge_seconds = merged_weights(plan, stage, chosen, done, note)
+            chosen.append(merged or chosen_weights(stage, plan.settings.weights))
             if done:
                 continue
             row, score_seconds = timed(scorer.row, stage.index, chosen)
-            entry: dict[str, Any] = {"stage": stage.index, "task": stage.task,
-                                     "run_dir": str(stage.run_dir.relative_to(out)), "weights": plan.settings.weights}
-            seconds = {"score": score_seconds, **method_seconds(stage.run_dir)}
-            from ..rundir import read_summary
-
-            summary = read_summary(stage.run_dir)
-            seconds["train"] = summary.train_seconds if summary is not None else None
-            counts = method_counts(stage.run_dir)
-            if counts:
-                entry["counts"] = counts
+            entry, seconds = stage_entry(out, plan, stage, merged, {"score": score_seconds, "merge": merge_seconds})
             if probe_on:
                 if kept is None:
                     kept = KeptSkill(plan, device)

@@ -112,6 +112,10 @@ class Lora(Adapter):
             if recipe.model.init == "random" and anchored:
                 problems.append("model.lora.r: adapters on a random-init model train a random encoder's few weights "
                                 "(set model.init=pretrained, or model.lora.r=0)")
+            if recipe.model.theta_star is not None:
+                problems.append("model.theta_star: under LoRA theta* is the frozen weights the adapters start on (a "
+                                "later stage of `recall continual` starts on the previous stage's merged weights): drop "
+                                "model.theta_star (continual.theta_star=previous), or set model.lora.r=0")
             if tr.linear_probe_steps > 0:
                 problems.append("train.linear_probe_steps: LP-FT with LoRA is not supported yet "
                                 "(set train.linear_probe_steps=0, or model.lora.r=0)")
