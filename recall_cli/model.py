@@ -15,26 +15,11 @@ from torch import Tensor
 
 from .errors import ModelLoadError
 from .names import OPTIMIZERS
-from .packaged import GGUF_SUFFIX, PACKAGE_PREFIX, package_problem
+from .model_source import GGUF_SUFFIX, PACKAGE_PREFIX, model_location, package_problem  # noqa: F401  (model_location: its callers import it from here too)
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
 from .quiet import quiet_transformers  # noqa: F401  (its callers import it from here too)
 from .tasks import TaskType
-
-
-def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
-    The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
-    if not gguf_file:
-        return name_or_path
-    inside = Path(gguf_file)
-    if inside.is_absolute() or len(inside.parts) != 1 or inside.name in (".", ".."):
-        raise ModelLoadError(f"model.gguf_file={gguf_file} leaves the model folder {name_or_path}: give the name of a "
-                             f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
-                             "at the folder that holds it")
-    if not inside.name.lower().endswith(GGUF_SUFFIX):
-        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
-    return str(Path(name_or_path).expanduser() / gguf_file)
 
 
 def resolve_name_or_path(name: str) -> str:

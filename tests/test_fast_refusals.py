@@ -141,3 +141,23 @@ def test_a_package_typo_suggests_the_installed_model_packages_before_torch(tmp_p
     assert code == 2 and not torch_loaded and "pip install" not in err and "did you mean" not in err
     assert "no installed package zzzzzz (installed model packages: " in err and "pkg:acme_tiny_bert" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_merge_with_one_model_and_probe_on_a_data_folder_refuse_before_torch(tmp_path, checkpoint):
+    """Issue 53: both waited ~40 s (loaded) for torch and transformers before a check that needs neither."""
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    (data / "train.tsv").write_text("Quality\t#1 String\t#2 String\n1\ta\tb\n")
+    code, err, torch_loaded = refuse("merge", str(checkpoint), "--out", "merged", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and len(err.splitlines()) == 1, err
+    assert err == (f"error: give at least two models to merge (got 1: {checkpoint}): run directories, save_pretrained "
+                   "folders or pkg:MODULE, oldest first")
+    code, err, torch_loaded = refuse("merge", str(checkpoint), "pkg:acme_nothing_here", "--out", "merged", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and err.startswith("error: model pkg:acme_nothing_here: no installed package"), err
+    assert not (tmp_path / "merged").exists()
+
+    code, err, torch_loaded = refuse("probe", str(data), cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert err == f"error: {data}: not a run directory or checkpoint folder (no config.yaml, no config.json)", err
+    code, err, torch_loaded = refuse("probe", str(checkpoint), "--against", "pkg:acme_nothing_here", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and err.startswith("error: --against pkg:acme_nothing_here: no installed package"), err

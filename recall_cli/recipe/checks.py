@@ -180,7 +180,7 @@ def looks_like_path(name: str) -> bool:
 
 def _check_model_path(name: str) -> list[str]:
     """A model folder that is not there, found before torch loads (model.py's loader says the same later)."""
-    from ..packaged import package_problem
+    from ..model_source import package_problem
 
     problem = package_problem(name)
     if problem:

@@ -1,6 +1,7 @@
-"""Models shipped as Python packages (``pkg:MODULE``): which installed modules are ones, and the one line for a
-name that is none, found without importing torch or the package (a typo is refused in a second, not after the
-heavy imports). model.resolve_name_or_path loads them; recipe checks, merge and probe ask here first."""
+"""Where a model's weights are, asked without torch: a GGUF file named inside a folder (model_location), and
+models shipped as Python packages (``pkg:MODULE``): which installed modules hold one, and the one line for a name
+that is none (a typo is refused in a second, not after the heavy imports). model.resolve_name_or_path loads
+them; recipe checks, merge and probe ask here first."""
 
 from __future__ import annotations
 
@@ -9,10 +10,26 @@ import importlib.util
 import pkgutil
 from pathlib import Path
 
+from .errors import ModelLoadError
 from .names import GGUF_PACKAGES, PACKAGED_MODELS
 
 PACKAGE_PREFIX = "pkg:"
 GGUF_SUFFIX = ".gguf"
+
+
+def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
+    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
+    The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
+    if not gguf_file:
+        return name_or_path
+    inside = Path(gguf_file)
+    if inside.is_absolute() or len(inside.parts) != 1 or inside.name in (".", ".."):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} leaves the model folder {name_or_path}: give the name of a "
+                             f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
+                             "at the folder that holds it")
+    if not inside.name.lower().endswith(GGUF_SUFFIX):
+        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
+    return str(Path(name_or_path).expanduser() / gguf_file)
 
 
 def is_model_package(folder: Path) -> bool:
