@@ -308,20 +308,8 @@ def evaluate(
                                      holdout=holdout)
         if as_json:
             typer.echo(dumps_json(result))
-            return
-        from rich.markup import escape
-        from rich.table import Table
-
-        from .console import print_table
-
-        table = Table(title=f"{result['task']} — {escape(str(result['checkpoint']))}")
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for name, value in result["metrics"].items():
-            table.add_row(name, f"{value:.4f}")
-        for name, value in result.get("holdout_metrics", {}).items():  # the rows best/ was chosen on
-            table.add_row(f"holdout {name}", f"{value:.4f}")
-        print_table(table)
+        else:
+            _print_scores(result)
 
     def written() -> float | None:
         summary = record / "summary.json" if record is not None else None
@@ -336,6 +324,23 @@ def evaluate(
 
     before = written()
     run_guarded(go, interrupted_hint=stopped, writes=record)
+
+
+def _print_scores(result: dict) -> None:
+    """evaluate's table: the dev metrics, then (--holdout) the metrics of the rows best/ was chosen on."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .console import print_table
+
+    table = Table(title=f"{result['task']} — {escape(str(result['checkpoint']))}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in result["metrics"].items():
+        table.add_row(name, f"{value:.4f}")
+    for name, value in result.get("holdout_metrics", {}).items():
+        table.add_row(f"holdout {name}", f"{value:.4f}")
+    print_table(table)
 
 
 # ---- sweep / forgetting / compare ------------------------------------------------------------------
