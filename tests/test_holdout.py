@@ -121,3 +121,38 @@ def test_a_capped_holdout_is_said_at_the_start_scored_and_written_only_when_set(
     assert result.exit_code == 0, result.output
     assert "holdout=24 rows scored at each of 1 evaluation " in result.output
     assert "max_holdout_examples" not in (tmp_path / "plain" / "config.yaml").read_text()  # older run dirs' bytes
+
+
+@pytest.mark.slow
+def test_evaluate_holdout_scores_the_rows_the_run_chose_on(tiny_model_dir, tmp_path):
+    """Issue 53: `recall evaluate --holdout` scores best/ on the held-out rows the run scored (task.holdout's
+    fixed split, task.max_holdout_examples' sample): the run's own number for its best step comes back. A run
+    without a holdout is one line, exit 2."""
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tiny_model_dir, run, task={"holdout": 0.25, "max_holdout_examples": 10},
+                         optimizer={"name": "adamw", "lr": 5e-3}, train={"max_steps": 6, "eval_every": 2}, probe={"enabled": False})
+    result = CliRunner().invoke(app, ["finetune", str(write_recipe(tmp_path / "r.yaml", recipe)), "--plain"])
+    assert result.exit_code == 0, result.output
+    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "eval"]
+    best_step = json.loads((run / "summary.json").read_text())["best"]["step"]
+    chosen = next(r for r in evals if r["step"] == best_step)
+
+    result = CliRunner().invoke(app, ["evaluate", str(run), "--holdout", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    scored = json.loads(result.output)
+    assert scored["examples"]["holdout"] == 10
+    held = scored["holdout_metrics"]
+    assert set(held) == {k for k in chosen if k not in ("step", "split", "data")}
+    assert all(held[k] == pytest.approx(chosen[k], abs=1e-6) for k in held), (held, chosen)
+    result = CliRunner().invoke(app, ["evaluate", str(run), "--holdout", "--device", "cpu"])
+    assert result.exit_code == 0 and "holdout main" in result.output
+
+    plain = tiny_recipe(tiny_model_dir, tmp_path / "plain", optimizer={"name": "adamw"},
+                        train={"max_steps": 1, "eval_every": 0}, probe={"enabled": False})
+    assert CliRunner().invoke(app, ["finetune", str(write_recipe(tmp_path / "p.yaml", plain)), "--plain"]).exit_code == 0
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "plain"), "--holdout"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {tmp_path / 'plain'}: its run trained without task.holdout (best/ was chosen "
+                                     "on dev), so there are no held-out rows to score: drop --holdout")
+    result = CliRunner().invoke(app, ["evaluate", str(run), "--holdout", "--split", "dev"])
+    assert result.exit_code == 2 and "--holdout scores the rows the run held out" in result.stderr

@@ -234,3 +234,84 @@ def test_a_custom_lm_task_trains_scores_and_predicts_from_its_files(tmp_path):
     assert all(len(json.loads(line)["prediction"].split()) <= 128 - 6 for line in (tmp_path / "long.jsonl").open())
     refused = runner.invoke(app, ["predict", str(tmp_path / "out"), "--split", "test", "--out", str(tmp_path / "t.tsv")])
     assert refused.exit_code == 2 and "a custom_lm task has no test split" in refused.output
+
+
+class _TwoRanks:
+    """Two ranks as threads: all_gather_object meets at a barrier, as gloo's would across processes."""
+
+    def __init__(self, rank: int, shared: dict, barrier):
+        self.rank, self.world_size, self.shared, self.barrier = rank, 2, shared, barrier
+
+    def all_gather_object(self, obj):
+        self.shared[self.rank] = obj
+        self.barrier.wait(timeout=60)
+        return [self.shared[r] for r in range(self.world_size)]
+
+
+def _on_two_ranks(score_one):
+    import threading
+
+    shared, barrier, results = {}, threading.Barrier(2), {}
+
+    def run(rank):
+        try:
+            results[rank] = score_one(_TwoRanks(rank, shared, barrier))
+        except Exception as error:  # noqa: BLE001 - what each rank raised is the test's to read
+            results[rank] = error
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+def test_under_torchrun_each_rank_scores_its_share_of_the_lm_dev_rows_and_all_get_every_row(tokenizer, monkeypatch):
+    """Issue 53: every process scored every LM dev row. sharded_outputs gives each rank the batches a single
+    process forms, batch b to rank b % 2: each row is scored once, and every rank gets the single process's
+    outputs back, row for row (the same batches: the same numbers)."""
+    from recall_cli.scoring.evaluate import sharded_outputs
+
+    torch.manual_seed(0)
+    model = tiny_llama(len(tokenizer)).eval()
+    kind = task_for(sst2_lm())
+    features = kind.tokenize(load_split(sst2_lm(), "dev", 11), tokenizer, 64)  # 11 rows in batches of 4: 3 batches
+    single = sharded_outputs(kind, model, features, 4, torch.device("cpu"), tokenizer.pad_token_id)
+
+    scored: dict[int, list[int]] = {}
+    real = type(kind).outputs
+
+    def counted(self, model, share, *args, **kwargs):
+        import threading
+
+        scored.setdefault(threading.current_thread().name, []).append(len(share))
+        return real(self, model, share, *args, **kwargs)
+
+    monkeypatch.setattr(type(kind), "outputs", counted)
+    results = _on_two_ranks(lambda dist: sharded_outputs(kind, model, features, 4, torch.device("cpu"),
+                                                         tokenizer.pad_token_id, dist=dist))
+    assert sorted(n for shares in scored.values() for n in shares) == [4, 7]  # batch 1; batches 0 and 2 (4 + 3 rows)
+    for rank in (0, 1):
+        assert isinstance(results[rank], np.ndarray), results[rank]
+        np.testing.assert_allclose(results[rank], single, rtol=1e-6, atol=1e-6)
+
+
+def test_a_nan_refusal_on_one_rank_is_every_rank_s_with_the_whole_split_s_counts():
+    """A rank that finds NaN/inf outputs in its share raises, and so does every other (alone, they would wait
+    for it in the gather forever); the counts and the first row are the whole split's."""
+    from recall_cli.errors import NonFiniteWeights
+    from recall_cli.scoring.evaluate import sharded_outputs
+    from recall_cli.tasks import Features
+
+    class Diverged:  # rank 1's share holds two NaN rows: its 1st and 2nd
+        def outputs(self, model, share, *args):
+            if share.labels and share.labels[0] >= 4:
+                raise NonFiniteWeights.in_outputs(2, len(share), 1)
+            return np.zeros((len(share), 3))
+
+    features = Features(input_ids=[[1] * (i + 1) for i in range(8)], token_type_ids=None, labels=list(range(8)))
+    results = _on_two_ranks(lambda dist: sharded_outputs(Diverged(), None, features, 4, "cpu", 0, dist=dist))
+    for rank in (0, 1):
+        assert isinstance(results[rank], NonFiniteWeights), results[rank]
+        assert "NaN/inf on 2 of 8 rows (the first: row 5)" in str(results[rank])

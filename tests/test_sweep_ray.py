@@ -303,3 +303,69 @@ def test_a_ray_sweep_under_a_long_tmpdir_runs_says_which_cell_failed_and_resumes
     assert "1 of 2 cells already finished, skipped" in again.stdout and "1 cells sent to Ray" in again.stdout
     assert (out / "data_dirMRPC_s1" / "last" / "model.safetensors").read_bytes() == finished
     assert all(c["state"] == "finished" for c in json.loads((out / "sweep.json").read_text())["cells"])
+
+
+PRIORITY = """
+import json, os, sys
+from pathlib import Path
+from recall_cli.sweep.on_ray import run_cell
+if sys.argv[2] == "unprivileged":  # as a process without CAP_SYS_NICE (the forked child inherits this os)
+    def refused(*args):
+        raise PermissionError(13, "Permission denied")
+    os.setpriority = refused
+driver = os.nice(0)
+os.nice(5)  # a Ray worker: started nicer than the driver that sent it the cell
+tmp = Path(sys.argv[1])
+program = ["python", "-c", "import os; print('child nice', os.nice(0))"]
+code, _ = run_cell(program, program, "cell", str(tmp / "cell.log"), str(tmp), "1", driver)
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, driver)  # whether this machine lets a process lower its own niceness
+    lowered = True
+except OSError:
+    lowered = False
+print(json.dumps({"code": code, "driver": driver, "lowered": lowered}))
+"""
+
+
+@pytest.mark.parametrize("who", ["as_started", "unprivileged"])
+def test_a_cell_runs_at_the_driver_s_niceness_not_its_ray_worker_s(tmp_path, who):
+    """Issue 53: Ray starts its workers at nice 15 and each cell's finetune inherited it (a sweep 5x slower than
+    --jobs on a shared machine). run_cell gives the child the driver's niceness, without Ray: a process niced
+    by 5 stands in for the worker; where lowering needs a privilege, the cell's log says so in one line."""
+    done = subprocess.run([sys.executable, "-c", PRIORITY, str(tmp_path), who], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "cell.log").read_text()
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["code"] == 0
+    assert who != "unprivileged" or not said["lowered"]
+    if said["lowered"]:
+        assert f"child nice {said['driver']}\n" in log and "# nice" not in log, log
+    else:
+        assert f"child nice {said['driver'] + 5}\n" in log, log
+        assert f"not the driver's {said['driver']}: lowering a niceness needs a privilege" in log, log
+
+
+def test_a_local_ray_starts_its_workers_at_the_driver_s_niceness(monkeypatch):
+    """The local Ray's raylet reads RAY_worker_niceness (added to its own niceness, the driver's) when ray.init
+    starts it: 0 then, a user's own value kept, nothing set for a cluster, and this process's environment left as
+    it was. (A real local Ray under `nice -n 3` ran its workers at 3 with this, and at 6 with RAY_worker_niceness=3:
+    the value is added to the driver's.)"""
+    from recall_cli.sweep import on_ray
+
+    seen = []
+
+    class FakeRay:
+        def init(self, **kwargs):
+            seen.append(os.environ.get("RAY_worker_niceness"))
+
+        def is_initialized(self):
+            return False
+
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    on_ray._start(FakeRay(), None, None)
+    assert seen == ["0"] and "RAY_worker_niceness" not in os.environ
+    on_ray._start(FakeRay(), "auto", None)  # a cluster's raylets are its own
+    assert seen[-1] is None
+    monkeypatch.setenv("RAY_worker_niceness", "7")
+    on_ray._start(FakeRay(), None, None)
+    assert seen[-1] == "7" and os.environ["RAY_worker_niceness"] == "7"

@@ -265,9 +265,10 @@ def evaluate(
     against: Annotated[Optional[str], typer.Option(help="With --record: theta* for the distance and the probes (default: the source run's model.name_or_path).", show_default=False)] = None,
     probe: Annotated[bool, typer.Option("--probe/--no-probe", help="With --record: run the recipe's probes (CKA, drift, STS).")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="With --record: replace an existing record.")] = False,
+    holdout: Annotated[bool, typer.Option("--holdout", help="Also score the rows the run held out of its training split to choose best/ on (task.holdout, task.max_holdout_examples: the same rows).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score a checkpoint on a task's dev split and print its metrics."""
+    """Score a checkpoint on a task's dev split and print its metrics (--holdout: and on the run's holdout)."""
 
     def go() -> None:
         from ..rundir import locate
@@ -278,9 +279,14 @@ def evaluate(
             fail("--record scores the checkpoint as its own run did: leave out --task, --data-dir, --split and --batch-size", ExitCode.USAGE)
         if record is None and (against is not None or overwrite or not probe):
             fail("--against, --overwrite and --no-probe go with --record DIR", ExitCode.USAGE)
-        from ..scoring.scored import checkpoint_task
+        if holdout and (record is not None or task is not None or split is not None):
+            fail("--holdout scores the rows the run held out, with the run's own task: leave out --record, --task and --split",
+                 ExitCode.USAGE)
+        from ..scoring.scored import check_holdout, checkpoint_task
 
-        checkpoint_task(path, task, data_dir)  # the task and the checkpoint's label count agree
+        scored = checkpoint_task(path, task, data_dir)  # the task and the checkpoint's label count agree
+        if holdout:
+            check_holdout(scored, path)
         from ..scoring.evaluate import evaluate_checkpoint
 
         check_device(device)
@@ -298,21 +304,12 @@ def evaluate(
             typer.echo(f"{summary['task']} {summary['checkpoint']}: " + " ".join(shown))
             typer.echo(f"record: {record}")
             return
-        result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device)
+        result = evaluate_checkpoint(path, task=task, data_dir=data_dir, split=split, batch_size=batch_size, device=device,
+                                     holdout=holdout)
         if as_json:
             typer.echo(dumps_json(result))
-            return
-        from rich.markup import escape
-        from rich.table import Table
-
-        from .console import print_table
-
-        table = Table(title=f"{result['task']} — {escape(str(result['checkpoint']))}")
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for name, value in result["metrics"].items():
-            table.add_row(name, f"{value:.4f}")
-        print_table(table)
+        else:
+            _print_scores(result)
 
     def written() -> float | None:
         summary = record / "summary.json" if record is not None else None
@@ -327,6 +324,23 @@ def evaluate(
 
     before = written()
     run_guarded(go, interrupted_hint=stopped, writes=record)
+
+
+def _print_scores(result: dict) -> None:
+    """evaluate's table: the dev metrics, then (--holdout) the metrics of the rows best/ was chosen on."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .console import print_table
+
+    table = Table(title=f"{result['task']} — {escape(str(result['checkpoint']))}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in result["metrics"].items():
+        table.add_row(name, f"{value:.4f}")
+    for name, value in result.get("holdout_metrics", {}).items():
+        table.add_row(f"holdout {name}", f"{value:.4f}")
+    print_table(table)
 
 
 # ---- sweep / forgetting / compare ------------------------------------------------------------------

@@ -15,7 +15,7 @@ import typer
 from ..errors import ExitCode, ReportError, exit_codes_help
 from ..names import DEFAULT_PROBES, PROBE_BATCH_SIZE, PROBE_MAX_LENGTH, PROBE_NUM_TEXTS
 from ..plugins.probes import probe_names
-from .common import JsonOpt, check_device, dumps_json, run_guarded
+from .common import JsonOpt, check_device_name, dumps_json, run_guarded
 
 PROBE_EXIT_CODES = exit_codes_help({
     ExitCode.OK: 'ok',
@@ -65,7 +65,7 @@ def probe(
         from ..probes.targets import probe_targets
 
         names = None if probes is None else [p.strip() for p in probes.split(",") if p.strip()]
-        check_device(device)
+        check_device_name(device)  # cuda where none is visible: probe_targets, after the names (no torch before)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
                              choices_file=choices, num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
                              batch_size=batch_size, device=device, from_runs=True)

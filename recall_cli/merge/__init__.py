@@ -125,6 +125,7 @@ def run_merge(
     that get the merge's settings and scores as one run, once OUT is written. Problems raise MergeError
     (or the resolver's, the device's and the environment's errors) with the line to print; nothing is
     written then."""
+    check_inputs(models)  # first: one model, or a package typo, is one line before torch is imported
     from .. import trackers
     from ..rundir import output_lock
 
@@ -136,6 +137,20 @@ def run_merge(
     out = Path(out)
     with output_lock(out, "another recall merge", "--out"):
         return _run_merge(models, out, spec, given, device, evaluate=evaluate, report_to=report_to)
+
+
+def check_inputs(models: Sequence[str]) -> None:
+    """What needs no model read: two inputs at least, and every pkg: name an installed model package."""
+    from ..model_source import package_problem
+
+    if len(models) < 2:
+        given = f" (got {len(models)}: {models[0]})" if models else ""
+        raise MergeError(f"give at least two models to merge{given}: run directories, save_pretrained folders or "
+                         "pkg:MODULE, oldest first")
+    for arg in models:
+        problem = package_problem(arg, "model")
+        if problem:
+            raise MergeError(problem)
 
 
 def _run_merge(models: Sequence[str], out: Path, spec: type[MethodSpec], given: dict[str, Any], device: str, *,

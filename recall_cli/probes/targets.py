@@ -11,13 +11,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+from typing import TYPE_CHECKING
 
-from ..model import model_location, position_limit
+from ..model_source import model_location, package_problem
 from ..names import DEFAULT_PROBES
 from ..recipe.schema import ProbeConfig
-from .runner import Prober, check_size, load_inputs
 from ..errors import ProbeError
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, transformers and the runner are imported where a model loads, after resolve_target has checked every
+# name: a data folder or a package typo is one line in a second, not after ~10 s (40 s loaded) of imports.
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,10 @@ def resolve_target(text: str, against: str | None = None) -> Target:
     from ..recipe.file import read_yaml
     from ..rundir import CONFIG_FILE, locate
 
+    for name, key in ((text, "target"), (against, "--against")):
+        problem = package_problem(name, key) if name else None
+        if problem:
+            raise ProbeError(problem)
     if not Path(text).exists():
         return Target(text, text, against or text)  # pkg:, a hub id: its own θ* unless --against
     located = locate(text)
@@ -85,10 +94,12 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     else a run's default probe section's (ProbeConfig: the encoder's four probes, the first 128 sentences,
     every pair, 64 tokens), so that a model probed here and a run's record of it agree. ``num_texts`` or
     ``num_pairs`` 0: all of them."""
+    resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
+    import torch
+
     from ..model import load_tokenizer
     from ..runtime import resolve_device
-
-    resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
+    from .runner import check_size, load_inputs
     shared = run_settings(resolved) if from_runs else {}
     taken = [key for key, given in (("probes", probes), ("texts_file", texts_file), ("pairs_file", pairs_file),
                                      ("choices_file", choices_file), ("num_texts", num_texts), ("num_pairs", num_pairs),
@@ -131,6 +142,9 @@ def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, dev
     """(the Prober holding θ*'s side, θ*'s encoder) for ``theta_star``: shared by `recall probe` and
     the library's probe(). ``option`` is how the length setting is named in the error ("--max-length "
     on the command line, "max_length=" from Python)."""
+    from ..model import position_limit
+    from .runner import Prober
+
     ref_model = load_probed(theta_star, probes, trust_remote_code).to(device)
     limit = position_limit(ref_model.config)
     if limit is not None and max_length > limit:

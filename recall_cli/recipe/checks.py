@@ -180,6 +180,11 @@ def looks_like_path(name: str) -> bool:
 
 def _check_model_path(name: str) -> list[str]:
     """A model folder that is not there, found before torch loads (model.py's loader says the same later)."""
+    from ..model_source import package_problem
+
+    problem = package_problem(name)
+    if problem:
+        return [problem]
     folder = Path(name).expanduser()
     if name.startswith("pkg:") or not (looks_like_path(name) or folder.is_dir()):
         return []  # a package or a hub id: model.check_hub and the loader answer for those

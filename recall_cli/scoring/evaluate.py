@@ -13,7 +13,7 @@ from ..names import Task
 from ..distributed import Distributed
 from ..errors import NonFiniteWeights
 from ..tasks import Examples, Features, TaskType, load_split, task_for, task_type_for
-from ..tasks.batches import pad_inputs
+from ..tasks.batches import pad_inputs, subset
 from .scored import checkpoint_task
 
 
@@ -76,8 +76,8 @@ def score(
     kind = task_type_for(task)
     metrics: dict[str, float] = {}
     for i, (split, features) in enumerate(dev.items()):
-        # A causal LM scores its completions itself (loss, greedy generation): every rank computes all rows.
-        predictions = kind.outputs(model, features, batch_size, device, pad_token_id, autocast)
+        # A causal LM scores its completions itself (loss, greedy generation): each rank its share of the rows.
+        predictions = sharded_outputs(kind, model, features, batch_size, device, pad_token_id, autocast, dist)
         if predictions is None:
             predictions = predict(model, features, batch_size, device, pad_token_id, autocast, dist)
         values = kind.metrics(predictions, np.asarray(features.labels))
@@ -87,6 +87,39 @@ def score(
             suffix = split.rsplit("_", 1)[-1]
             metrics.update({f"{name}_{suffix}": value for name, value in values.items() if name != "main"})
     return metrics
+
+
+def sharded_outputs(kind: TaskType, model: torch.nn.Module, features: Features, batch_size: int, device: torch.device,
+                    pad_token_id: int, autocast: AbstractContextManager | None = None,
+                    dist: Distributed | None = None) -> np.ndarray | None:
+    """``kind.outputs`` (None for a type whose outputs are the logits), under torchrun split across the ranks as
+    predict splits its batches: the rows sorted by length, cut into batches, batch b to rank b % world_size. A
+    rank's rows, so ordered, form the same batches again in outputs (its own length sort is stable), so every
+    row is scored once, in the batch a single process scores it in, and every rank gets all the rows back. A
+    NaN/inf refusal on any rank is raised on every rank, its counts over all the rows."""
+    rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
+    if world == 1:
+        return kind.outputs(model, features, batch_size, device, pad_token_id, autocast)
+    order = sorted(range(len(features)), key=lambda i: len(features.input_ids[i]))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    mine = [i for b in range(rank, len(batches), world) for i in batches[b]]
+    try:
+        out, refused = kind.outputs(model, subset(features, mine), batch_size, device, pad_token_id, autocast), None
+    except NonFiniteWeights as error:  # raised below on every rank: alone, it would leave the others waiting
+        out, refused = None, getattr(error, "rows", None) or (1, len(mine), 0)
+    parts = dist.all_gather_object((mine, None if out is None else np.asarray(out), refused))
+    # (rows refused, the first of them as a row of ``features``) per rank that refused
+    bad = [(part[2][0], part[0][part[2][2]]) for part in parts if part[2] is not None]
+    if bad:
+        raise NonFiniteWeights.in_outputs(sum(n for n, _ in bad), len(features), min(f for _, f in bad))
+    if all(part[1] is None for part in parts):
+        return None
+    shaped = next(part[1] for part in parts if part[1] is not None and len(part[1]))
+    result = np.empty((len(features), *shaped.shape[1:]), dtype=shaped.dtype)
+    for rows, values, _ in parts:
+        if rows:
+            result[np.asarray(rows, dtype=np.int64)] = values
+    return result
 
 
 def evaluate_checkpoint(

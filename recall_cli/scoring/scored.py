@@ -60,3 +60,14 @@ def head_size(folder: Path) -> int | None:
     if isinstance(config.get("id2label"), dict):
         return len(config["id2label"])
     return config["num_labels"] if isinstance(config.get("num_labels"), int) else None
+
+
+def check_holdout(scored: Scored, path: Path) -> None:
+    """`evaluate --holdout`: the run held rows out of its training split (task.holdout) to choose best/ on;
+    one without is refused (it chose on dev: there is nothing else to score)."""
+    if scored.recipe is None:
+        raise DataError(f"{path}: --holdout scores the rows a run held out, and {scored.folder} is not inside a recall "
+                        "run directory: give the run's folder, or drop --holdout")
+    if not scored.task.holdout > 0:
+        raise DataError(f"{path}: its run trained without task.holdout (best/ was chosen on dev), so there are no "
+                        "held-out rows to score: drop --holdout")

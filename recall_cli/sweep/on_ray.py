@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,11 +151,13 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
 
     if head is not None:
         _reach(address, head)
-    temp_dir = local_temp_dir() if address in (None, "local") else None
+    local = address in (None, "local")
+    temp_dir = local_temp_dir() if local else None
     try:
         # The cells' output goes to their logs, as in the local backend; Ray's own INFO lines are left out.
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
-                 **({"_temp_dir": temp_dir} if temp_dir else {}))
+        with _worker_niceness(local):
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                     **({"_temp_dir": temp_dir} if temp_dir else {}))
     except (ConnectionError, TimeoutError, RuntimeError, ValueError, OSError) as exc:
         if ray.is_initialized():
             ray.shutdown()
@@ -162,6 +165,22 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
         where = f"--address {address}" if address else "a local Ray"
         raise SweepError(f"{where}: Ray did not start ({first}): start the cluster (ray start --head) or check the "
                          "address; nothing was written") from None
+
+
+@contextmanager
+def _worker_niceness(local: bool):
+    """A local Ray's raylet, started inside, runs its workers at the driver's niceness, not 15 above it (Ray's
+    default; RAY_worker_niceness, read by the raylet when it starts, is added to the raylet's own, which is the
+    driver's): on a shared machine a sweep at nice 15 ran 5x slower than --jobs. A value the user set is kept;
+    a cluster's raylets were started by `ray start` (run_cell resets each cell there)."""
+    if not local or "RAY_worker_niceness" in os.environ:
+        yield
+        return
+    os.environ["RAY_worker_niceness"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["RAY_worker_niceness"]  # this process's own environment as it was
 
 
 def _check_cluster_fits(ray: Any, gpus: float, cpus: float) -> None:
@@ -191,12 +210,13 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
     program = ["python", "-m", "recall_cli"]  # the worker's own interpreter, found by run_cell
     cwd = os.getcwd()
     threads = str(max(1, int(cpus)))
+    niceness = os.nice(0)  # each cell runs at the caller's priority, not its Ray worker's (run_cell)
     pending = {}
     for cell in todo:
         fresh = sweep.command(Cell(cell.name, cell.settings, cell.path), program)
         resume = sweep.command(Cell(cell.name, cell.settings, cell.path, resume=True), program)
         log = str(sweep.out / LOG_DIR / f"{cell.name}.log")
-        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads)] = cell
+        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads, niceness)] = cell
     resources = ", ".join(f"{v:g} {k}" for k, v in (("CPU", cpus), ("GPU", gpus)) if v)
     cluster = ray.cluster_resources()
     echo(f"sweep: {len(todo)} cells sent to Ray ({resources or 'no resources'} each); "
@@ -259,9 +279,12 @@ def _cancel(ray: Any, pending: dict[Any, Cell]) -> None:
 # ---- in the Ray task ---------------------------------------------------------------------------------
 
 
-def run_cell(fresh: list[str], resume: list[str], path: str, log: str, cwd: str, threads: str) -> tuple[int, float]:
+def run_cell(fresh: list[str], resume: list[str], path: str, log: str, cwd: str, threads: str,
+             niceness: int | None = None) -> tuple[int, float]:
     """One cell, in a Ray worker: start it, or resume it if a run directory is there (an earlier attempt on
-    a node that left, or an interrupted sweep); returns finetune's exit code and the seconds it ran."""
+    a node that left, or an interrupted sweep); returns finetune's exit code and the seconds it ran.
+    ``niceness``: the driver's, which the child takes in place of its worker's (Ray starts workers at nice
+    15 unless told); where lowering it needs a privilege this node does not give, the log says so."""
     run = Path(cwd) / path
     summary = read_summary(run) if (run / CONFIG_FILE).is_file() else None
     if summary is not None and summary.finished:
@@ -279,7 +302,8 @@ def run_cell(fresh: list[str], resume: list[str], path: str, log: str, cwd: str,
         out.write(f"# {now()} ray pid={os.getpid()} {pinned}{' '.join(command)}\n")
         out.flush()
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env, cwd=cwd, preexec_fn=_die_with_parent)
+                                 env=env, cwd=cwd, preexec_fn=lambda: _in_child(niceness))
+        _say_niceness(out, child.pid, niceness)
         try:
             code = _wait(child)
         except KeyboardInterrupt:  # ray.cancel: stop the cell as a scheduler would, so last/ is saved
@@ -324,6 +348,31 @@ def wait_for_writer(run: Path, timeout: float) -> None:
                 time.sleep(0.5)
     finally:
         os.close(fd)
+
+
+def _in_child(niceness: int | None) -> None:
+    """In the child before exec: the driver's niceness (an unprivileged process may raise its own niceness but
+    not lower it: then it keeps its worker's, and _say_niceness writes so), and tied to its worker."""
+    if niceness is not None and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
+        except OSError:
+            pass
+    _die_with_parent()
+
+
+def _say_niceness(out: Any, pid: int, wanted: int | None) -> None:
+    """One line in the cell's log when the child could not take the driver's niceness."""
+    if wanted is None or not hasattr(os, "getpriority"):
+        return
+    try:
+        got = os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return  # gone already
+    if got != wanted:
+        out.write(f"# nice {got}, not the driver's {wanted}: lowering a niceness needs a privilege (CAP_SYS_NICE) this "
+                  "node does not give; start the node's Ray with RAY_worker_niceness=0 (docs/clusters.md)\n")
+        out.flush()
 
 
 def _die_with_parent() -> None:
