@@ -188,11 +188,13 @@ def test_a_side_round_trips_through_the_file_format():
 def test_two_runs_of_one_recipe_record_the_same_probes_and_the_second_computes_only_its_own(tiny_model_dir, tmp_path,
                                                                                          monkeypatch):
     from recall_cli.cli import app
+    from recall_cli.cli.console import PlainReporter
 
     calls = []
     real = Prober._features
     monkeypatch.setattr(Prober, "_features", lambda self, model: calls.append(1) or real(self, model))
-    runs = []
+    monkeypatch.setattr(PlainReporter, "say_after", 0.0)  # every set-up phase says itself, as a slow one would
+    runs, outputs = [], []
     for name in ("first", "second"):
         recipe = write_recipe(tmp_path / f"{name}.yaml", tiny_recipe(
             tiny_model_dir, tmp_path / name, probe={"num_texts": 24, "num_pairs": 24, "max_length": 32},
@@ -201,6 +203,7 @@ def test_two_runs_of_one_recipe_record_the_same_probes_and_the_second_computes_o
         result = CliRunner().invoke(app, ["finetune", str(recipe), "--plain"])
         assert result.exit_code == 0, result.output
         runs.append(([r for r in read_metrics(tmp_path / name) if r["split"] == "probe"], len(calls)))
+        outputs.append(result.stdout.splitlines())
     (first, first_calls), (second, second_calls) = runs
     assert [r["step"] for r in first] == [0, 3, 6]
     # the first computes θ*'s side once, the step-0 model being θ* takes it; the second only steps 3 and 6
@@ -208,3 +211,9 @@ def test_two_runs_of_one_recipe_record_the_same_probes_and_the_second_computes_o
     assert all(same(numbers(a), numbers(b)) for a, b in zip(first, second)) and len(first) == len(second)
     assert first[0]["cka"] == pytest.approx(1.0) and first[-1]["cka"] < 1.0
     assert len(entries()) == 1 and os.environ["RECALL_CACHE"] in str(entries()[0])
+    for lines, when in zip(outputs, ("in set-up", "when it was cached")):
+        start = next(i for i, line in enumerate(lines) if line.startswith("recall: starting"))
+        said = [line for line in lines[:start] if line.startswith("recall: set-up: ")]
+        assert [line.split(" ")[2] for line in said] == ["tokenizing", "loading", "θ*'s", "starting"], said
+        # steps 3 and 6 (step 0's model is θ*), each as long as θ*'s side took
+        assert "probe=2 measurements × ~" in lines[start] and f"θ*'s side took {when}" in lines[start]
