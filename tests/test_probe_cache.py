@@ -217,3 +217,16 @@ def test_two_runs_of_one_recipe_record_the_same_probes_and_the_second_computes_o
         assert [line.split(" ")[2] for line in said] == ["tokenizing", "loading", "θ*'s", "starting"], said
         # steps 3 and 6 (step 0's model is θ*), each as long as θ*'s side took
         assert "probe=2 measurements × ~" in lines[start] and f"θ*'s side took {when}" in lines[start]
+
+
+def test_one_cache_folder_for_every_kind(tmp_path, monkeypatch):
+    from recall_cli.merge.gguf_source import gguf_cache_root
+
+    monkeypatch.setenv("RECALL_CACHE", str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "mine" and gguf_cache_root() == tmp_path / "mine" / "gguf"
+    monkeypatch.delenv("RECALL_CACHE")
+    assert cache_root() == tmp_path / "xdg" / "recall" and gguf_cache_root() == tmp_path / "xdg" / "recall" / "gguf"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "recall"
