@@ -79,6 +79,21 @@ def _stop_on_signal():
     _exit_if_stopped()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """recall's cache (θ*'s probe sides, GGUF copies; child processes inherit it) away from the user's, for the
+    module fixtures' runs, which start before a test's own (below)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RECALL_CACHE", str(tmp_path_factory.mktemp("recall-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    """Each test its own recall cache: no test's numbers come from another's run."""
+    monkeypatch.setenv("RECALL_CACHE", str(tmp_path_factory.mktemp("recall-cache")))
+
+
 def minilm_path() -> str:
     return tokenizer_path()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import sys
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -77,11 +78,31 @@ def fit_fields(fields: list[str], width: int) -> list[str]:
 class PlainReporter(Reporter):
     """For pipes, CI and cluster logs: no redraws, one flushed line per record."""
 
+    # A set-up phase is said once it has taken this long (seconds): a quick one is not worth a line, and a slow
+    # one (θ*'s side of a causal LM's probes on a loaded machine: minutes) must not leave the log silent.
+    say_after = 3.0
+
     def __init__(self, stream=None):
         self.stream = stream or sys.stdout
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
+
+    @contextmanager
+    def phase(self, what):
+        import threading
+
+        line = f"recall: {what}…"
+        if self.say_after <= 0:
+            self._line(line)
+        timer = threading.Timer(self.say_after, self._line, args=(line,))
+        timer.daemon = True
+        if self.say_after > 0:
+            timer.start()
+        try:
+            yield lambda done, total: None  # a log gets no redraws
+        finally:
+            timer.cancel()
 
     def start(self, total_steps, start_step, info):
         where = f"resuming at step {start_step}" if start_step else "starting"
@@ -132,6 +153,18 @@ class RichReporter(Reporter):
         )
         self.task_id = None
         self.total_steps = 0
+
+    @contextmanager
+    def phase(self, what):
+        from rich.markup import escape
+        from rich.progress import SpinnerColumn
+
+        # its own live line, gone when the phase ends (the run's bar starts at the start line)
+        live = Progress(SpinnerColumn(), TextColumn(escape(what)), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=self.console, transient=True)
+        task = live.add_task(what, total=None)
+        with live:
+            yield lambda done, total: live.update(task, completed=done, total=total)
 
     def start(self, total_steps, start_step, info):
         where = f"resuming at step {start_step}" if start_step else "starting"

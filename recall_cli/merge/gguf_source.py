@@ -3,17 +3,16 @@ quantized blocks; so it is dequantized once into the user's cache and read from 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..cache import CACHE_ENV as GGUF_CACHE_ENV, cache_dir
 from ..errors import ModelLoadError
 from ..model import load_checkpoint_model, load_tokenizer, quiet_transformers
 
-GGUF_CACHE_ENV = "RECALL_CACHE"  # where dequantized GGUF models are kept; default ~/.cache/recall
-
 
 def gguf_cache_root() -> Path:
-    return Path(os.environ.get(GGUF_CACHE_ENV) or Path.home() / ".cache" / "recall").expanduser() / "gguf"
+    """Where dequantized GGUF models are kept: recall's cache folder's gguf/ (cache.py owns where that is)."""
+    return cache_dir("gguf")
 
 
 def gguf_as_folder(gguf: str | Path, note=None) -> Path:

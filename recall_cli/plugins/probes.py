@@ -33,6 +33,10 @@ class Probe:
     lower_is_better: ClassVar[tuple[str, ...]] = ()  # of its measures: "best" in a compare column is the smallest
     raw: ClassVar[tuple[str, ...]] = ()  # of its measures: shown as they are, not x100 like scores and ratios
     causal: ClassVar[bool] = False  # reads a causal LM's next-token logits: skipped (with a note) on any other model
+    # θ*'s side may be kept between runs (probes/cache.py): it is a function of the model's weights and config and
+    # the runner's batched inputs alone, and holds tensors, numbers and lists or dicts of them. Off unless said:
+    # a plugin's side may read what the cache's key does not know.
+    cacheable: ClassVar[bool] = False
 
     def prepare(self, prober: Any) -> str | None:
         """Set up on the runner, once, before θ*'s side: what it needs beyond the batched inputs (the

@@ -40,7 +40,7 @@ def _lm_fields(prober: Any, mine: Any, ref: Any, name: str) -> dict[str, Any]:
 class _NextTokenProbe(Probe):
     """lm and kl: one shared forward over the general prose (prober.shared), each probe its own fields of it."""
 
-    reads, causal = "lm_texts", True
+    reads, causal, cacheable = "lm_texts", True, True
 
     def side(self, prober: Any, model: Any) -> Any:
         return _next_tokens(prober, model)
@@ -66,7 +66,7 @@ class Kl(_NextTokenProbe):
 
 
 class Choice(Probe):
-    name, reads, causal = "choice", "choices", True
+    name, reads, causal, cacheable = "choice", "choices", True, True
     measures = ("choice_acc", "choice_acc_ref", "choice_kept")
     skill, skill_title = "choice_kept", "multiple-choice skill kept above chance"
 

@@ -30,7 +30,7 @@ def _layers(prober: Any, model: Any) -> list[Any]:
 
 
 class Cka(Probe):
-    name, reads = "cka", "texts"
+    name, reads, cacheable = "cka", "texts", True
     measures = ("cka", "cka_debiased")
 
     def side(self, prober: Any, model: Any) -> Any:
@@ -46,7 +46,7 @@ class Cka(Probe):
 
 
 class Drift(Probe):
-    name, reads = "drift", "texts"
+    name, reads, cacheable = "drift", "texts", True
     measures = ("drift",)
     lower_is_better = ("drift",)
 
@@ -60,7 +60,7 @@ class Drift(Probe):
 
 
 class Sts(Probe):
-    name, reads = "sts", "pairs"
+    name, reads, cacheable = "sts", "pairs", True
     measures = ("sts", "sts_ref", "sts_retained")
     skill, skill_title = "sts_retained", "retained STS skill ρ(θ)/ρ(θ*)"
 
@@ -82,7 +82,7 @@ class Sts(Probe):
 
 
 class Mlm(Probe):
-    name, reads = "mlm", "texts"
+    name, reads, cacheable = "mlm", "texts", True  # θ*'s head is in the cache's key
     measures = ("mlm_loss", "mlm_loss_ref", "mlm_ratio")
     skill, skill_title = "mlm_ratio", "MLM loss ratio L(θ)/L(θ*)"
     lower_is_better = ("mlm_loss", "mlm_ratio")

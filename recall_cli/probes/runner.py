@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,12 +190,18 @@ class Prober:
     fields; the runner batches the inputs they read and names none of them.
 
     ``source``: θ*'s name_or_path and trust_remote_code, for a probe that loads more of θ* than the model
-    (the mlm probe's masked-LM head, unless ``mlm_head`` is given)."""
+    (the mlm probe's masked-LM head, unless ``mlm_head`` is given).
+
+    θ*'s side comes from recall's cache when this model and setting were probed before (probes/cache.py;
+    ``ref_cached`` says so, ``ref_seconds`` what computing it took); ``cache=False`` neither reads nor writes it.
+    ``progress(done, total)`` is told of each of θ*'s forward passes while its side is computed (``total`` an
+    estimate); ``note`` gets the cache's one-line notes (default: ``notes``)."""
 
     def __init__(self, probes: list[str], inputs: ProbeInputs, tokenizer, theta_star: torch.nn.Module,
                  device: torch.device, *, max_length: int = 64, batch_size: int = 64,
                  mlm_head: torch.nn.Module | None = None, mlm_note: str | None = None,
-                 source: tuple[str, bool] | None = None):
+                 source: tuple[str, bool] | None = None, cache: bool = True,
+                 progress: Callable[[int, int], None] | None = None, note: Callable[[str], None] | None = None):
         known = registered()
         self.probes = [p for p in known if p in probes]
         self.notes = list(inputs.notes)
@@ -225,7 +232,70 @@ class Prober:
             self.choices = ChoiceBatches(tokenizer, inputs.choices, max_length, batch_size)
         self._prepare([p for p in self.probes if known[p].causal], known)
         self.entries = {p: known[p] for p in self.probes}
-        self.ref = self._features(theta_star)
+        # θ*'s weights as the probes read them: the cache's key, and how measure() knows θ* when it meets it
+        cacheable = bool(self.entries) and all(e.cacheable for e in self.entries.values())
+        self.ref_digest = self._digest(theta_star) if cacheable else None
+        self.ref, self.ref_seconds, self.ref_cached = self._reference_side(
+            theta_star, use_cache=cache, progress=progress, note=note or self.notes.append)
+
+    def _reference_side(self, theta_star: torch.nn.Module, *, use_cache: bool, progress, note) -> tuple[dict[str, Any], float, bool]:
+        from . import cache
+
+        key = self._cache_key(theta_star) if use_cache and self.ref_digest is not None else None
+        kept = cache.load(key, note) if key else None
+        if kept is not None:
+            return kept[0], kept[1], True
+        start = time.perf_counter()
+        with _counting_forwards(encoder_of(theta_star), self._forwards_estimate(), progress):
+            ref = self._features(theta_star)
+        seconds = time.perf_counter() - start
+        if key:
+            cache.save(key, ref, seconds, note)
+        return ref, seconds, False
+
+    def _probed(self, model: torch.nn.Module) -> list[tuple[str, Tensor]]:
+        """What of ``model`` the probes' forward passes read: the whole causal LM, else its encoder; and θ*'s
+        masked-LM head, which every model is measured under."""
+        causal = any(e.causal for e in self.entries.values())
+        state = list((model if causal else encoder_of(model)).state_dict().items())
+        if self.mlm_head is not None:
+            state += [(f"mlm_head.{k}", v) for k, v in self.mlm_head.state_dict().items()]
+        return state
+
+    def _digest(self, model: torch.nn.Module) -> str:
+        from .cache import digest_tensors
+
+        return digest_tensors(self._probed(model))
+
+    def _cache_key(self, theta_star: torch.nn.Module) -> str:
+        import transformers
+
+        from .cache import digest_tensors, entry_key
+
+        probed = theta_star if any(e.causal for e in self.entries.values()) else encoder_of(theta_star)
+        config = getattr(theta_star, "config", None)
+        config = config.to_dict() if hasattr(config, "to_dict") else {}
+        # where it was loaded from, and what only a task head reads, leave θ*'s side as it is
+        for key in ("_name_or_path", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
+                    "transformers_version"):
+            config.pop(key, None)
+        inputs = [getattr(self, name, None) for name in ("texts", "sentences", "_pair_index", "lm_texts", "choices",
+                                                          "masked")]
+        if self.pairs is not None:
+            inputs.append(self.pairs.gold)
+        return entry_key({"probes": self.probes, "weights": self.ref_digest, "model": type(probed).__name__,
+                          "config": config, "inputs": digest_tensors((str(i), t) for i, t in enumerate(_tensors_in(inputs))),
+                          "device": self.device.type, "torch": torch.__version__,
+                          "transformers": transformers.__version__})
+
+    def _forwards_estimate(self) -> int:
+        """How many forward passes θ*'s side makes, about (the batches of each input the probes read, and the
+        masked texts): for a progress bar, never for a result."""
+        reads = {e.reads for e in self.entries.values()}
+        held = {"texts": "texts", "pairs": "sentences", "lm_texts": "lm_texts", "choices": "choices"}
+        held = [getattr(self, held[r], None) for r in reads if r in held]
+        total = sum(len(h.batches) for h in held if h is not None)
+        return total + len(getattr(self, "masked", ()))
 
     def _prepare(self, names: list[str], known: dict[str, Any]) -> None:
         for name in names:
@@ -250,10 +320,17 @@ class Prober:
         finally:
             self._shared = {}
 
-    def measure(self, model: torch.nn.Module) -> dict[str, Any]:
+    def is_reference(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` holds, bit for bit, the weights θ*'s side was computed from (a run's step 0 under
+        PI): its side is then θ*'s, and need not be computed again."""
+        return self.ref_digest is not None and self._digest(model) == self.ref_digest
+
+    def measure(self, model: torch.nn.Module, *, may_be_reference: bool = False) -> dict[str, Any]:
+        """One record of ``model`` against θ*. ``may_be_reference``: the caller's model may be θ* itself (a run's
+        step 0, `recall probe` of θ*): its weights are compared with θ*'s and, when equal, θ*'s side is its own."""
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # a measurement leaves the training's random stream alone
-            mine = self._features(model)
+            mine = self.ref if may_be_reference and self.is_reference(model) else self._features(model)
         record: dict[str, Any] = {}
         notes: list[str] = []
         for name in self.probes:
@@ -265,6 +342,39 @@ class Prober:
             record["notes"] = notes
         record["probe_seconds"] = round(time.perf_counter() - start, 4)
         return record
+
+
+def _tensors_in(value: Any):
+    """Every tensor in nested lists and tuples and in _Batches / ChoiceBatches, in order."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif hasattr(value, "batches"):
+        yield from _tensors_in(value.batches)
+
+
+@contextmanager
+def _counting_forwards(module: torch.nn.Module, total: int, progress):
+    """``progress(done, total)`` after each forward pass of ``module`` (a hook, removed on the way out), and once
+    at the end with done == total."""
+    if progress is None:
+        yield
+        return
+    done = [0]
+
+    def count(*_):
+        done[0] += 1
+        progress(done[0], max(total, done[0]))
+
+    handle = module.register_forward_hook(count)
+    try:
+        progress(0, total)
+        yield
+    finally:
+        handle.remove()
+    progress(done[0], done[0])
 
 
 def _ratio(a: float, b: float) -> float:
@@ -293,10 +403,12 @@ def _masked_batches(texts: _Batches, tokenizer) -> list[tuple[Tensor, Tensor, Te
 
 
 def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor], tokenizer,
-                   device: torch.device, training_texts: list[str] | None = None) -> Prober:
+                   device: torch.device, training_texts: list[str] | None = None, *,
+                   progress: Callable[[int, int], None] | None = None, note: Callable[[str], None] | None = None) -> Prober:
     """The training loop's prober: θ* is ``model`` with the run's θ* loaded for the moment of
-    computing θ*'s side (so it works under RI, and on resume from the saved θ*).
-    ``training_texts``: the task's training sentences as the run loaded them (read again when not given)."""
+    computing θ*'s side (so it works under RI, and on resume from the saved θ*), or θ*'s side from the cache.
+    ``training_texts``: the task's training sentences as the run loaded them (read again when not given);
+    ``progress`` and ``note``: Prober's."""
     cfg = recipe.probe
     inputs = load_inputs(list(cfg.probes), cfg.texts_file, cfg.pairs_file, cfg.num_texts, cfg.num_pairs,
                          cfg.choices_file)
@@ -314,7 +426,8 @@ def prober_for_run(recipe, model: torch.nn.Module, theta_star: dict[str, Tensor]
     # stream untouched, so that a run trains the same with probes on or off.
     with torch.random.fork_rng(devices=[]), weights_loaded(model, theta_star):
         return Prober(list(cfg.probes), inputs, tokenizer, model, device, max_length=cfg.max_length,
-                      batch_size=cfg.batch_size, source=(recipe.model.name_or_path, recipe.model.trust_remote_code))
+                      batch_size=cfg.batch_size, source=(recipe.model.name_or_path, recipe.model.trust_remote_code),
+                      progress=progress, note=note)
 
 
 def task_sentences(task_cfg) -> list[str]:
@@ -330,6 +443,6 @@ def task_sentences(task_cfg) -> list[str]:
 
 def record_at(prober: Prober, model: torch.nn.Module, step: int) -> dict[str, Any]:
     """A metrics.jsonl line: {"step": s, "split": "probe", one field per measure}."""
-    record = prober.measure(model)
+    record = prober.measure(model, may_be_reference=step == 0)  # step 0 under PI is θ*: its side is cached
     record.pop("notes", None)  # metrics.jsonl holds numbers; a run whose weights went NaN stopped before its probe
     return {"step": step, "split": "probe", **record}

@@ -124,7 +124,7 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
         for target in (t for t in resolved if t.theta_star == theta_star):
             theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev)
             _check_same_shapes(theta, ref_model, target)
-            record = prober.measure(theta)
+            record = prober.measure(theta, may_be_reference=theta is ref_model)
             own = record.pop("notes", [])
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs,

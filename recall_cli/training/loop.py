@@ -32,7 +32,7 @@ from ..scoring.evaluate import score
 from . import checkpoint, compiled, fsdp
 from .loss import loss_step
 from .pending import Pending
-from .progress import Reporter, add_step, add_sums, empty_window, train_record
+from .progress import Reporter, add_step, add_sums, empty_window, probe_cost, probe_due, train_record
 from .schedule import set_lr
 from .setup import Start, Training, prepare, set_up
 
@@ -264,9 +264,8 @@ class _Loop:
         last = step == t.total_steps
         log_now = step % tc.log_every == 0 or last
         evaluate_now = bool(tc.eval_every and step % tc.eval_every == 0) or last
-        every = t.recipe.probe.every
         # Known alike on every rank (rank 0 alone probes, but every rank reads the pending sums with it).
-        probe_now = t.recipe.probe.enabled and ((evaluate_now and not every) or bool(every and step % every == 0) or last)
+        probe_now = t.recipe.probe.enabled and probe_due(step, t.total_steps, tc.eval_every, t.recipe.probe.every)
         save_now = bool(tc.save_every and step % tc.save_every == 0) or (not tc.save_every and evaluate_now) or stop or last
         if log_now or evaluate_now or probe_now or save_now:
             self.read_pending()  # raises TrainingDiverged before anything after a bad step is saved
@@ -448,6 +447,8 @@ def start_info(t: Training) -> dict[str, Any]:
     info = {"device": str(t.device), "precision": shown,
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
             "train_examples": len(t.task.train), **t.task.holdout_info(t.plan.total_steps, tc.eval_every),
+            **({"probe": cost} if t.prober and (cost := probe_cost(t.prober, t.model, t.state.step, t.total_steps, tc.eval_every,
+                                                               t.recipe.probe.every, t.resumed)) else {}),
             **({"anneal_t0": t.plan.anneal_t0} if anchored else {}),
             **({"recall_floor": floor} if anchored and floor > 0 else {}),
             **({"methods": "; ".join(registry.labels(t.recipe, t.plan.methods))} if t.plan.methods else {}),

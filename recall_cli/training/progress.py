@@ -6,11 +6,28 @@ Torch-free: the loop hands over plain numbers.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+# progress(done, total) of a set-up phase that counts its work (θ*'s forward passes)
+Progress = Callable[[int, int], None]
+
+
+def _ignore(done: int, total: int) -> None:
+    return None
 
 
 class Reporter:
     """What the loop tells the user; the CLI supplies a rich or plain implementation."""
+
+    @contextmanager
+    def phase(self, what: str) -> Iterator[Progress]:
+        """A set-up phase that can take minutes ("loading the model"), said while it runs (a log gets one line
+        once it has taken a few seconds; a terminal a live line with its progress). Yields ``progress(done,
+        total)`` for a phase that counts its work. The base says nothing."""
+        yield _ignore
 
     def start(self, total_steps: int, start_step: int, info: dict[str, Any]) -> None: ...
     def warn(self, message: str) -> None: ...
@@ -23,6 +40,37 @@ class Reporter:
     def step(self, step: int) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+def probe_due(step: int, total_steps: int, eval_every: int, every: int) -> bool:
+    """Whether step ``step`` (1..total) probes: at each evaluation (probe.every 0), else every ``every`` steps;
+    and at the last."""
+    last = step == total_steps
+    evaluate_now = bool(eval_every and step % eval_every == 0) or last
+    return (evaluate_now and not every) or bool(every and step % every == 0) or last
+
+
+def probe_cost(prober: Any, model: Any, done: int, total_steps: int, eval_every: int, every: int,
+               resumed: bool) -> str | None:
+    """The start line's word on the probe: how many measurements the run makes and what they cost, estimated
+    from θ*'s side (one model's side: what each measurement computes again), which set-up just measured or the
+    cache kept. A step-0 model that is θ* bit for bit takes θ*'s side and costs nothing."""
+    each = prober.ref_seconds
+    if not math.isfinite(each):
+        return None
+    count = sum(probe_due(s, total_steps, eval_every, every) for s in range(done + 1, total_steps + 1))
+    count += not resumed and not prober.is_reference(model)
+    when = "when it was cached" if prober.ref_cached else "in set-up"
+    return (f"{count} measurement{'s' if count != 1 else ''} × ~{_seconds(each)} ≈ {_seconds(count * each)} "
+            f"(each about as long as θ*'s side took {when}; probe.every=N probes less often)")
+
+
+def _seconds(value: float) -> str:
+    if value < 10:
+        return f"{value:.1f} s" if value >= 1 else f"{value:.2f} s"
+    if value < 120:
+        return f"{value:.0f} s"
+    return f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
 
 
 # The running sums since the last train record; saved in the trainer state, so that a resumed run

@@ -286,8 +286,9 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
         check("output_dir", lambda: rundir.check_new_run_dir(run_dir, start is Start.OVERWRITE),
               f"{run_dir} can be written" + (" (replaced: --overwrite)" if start is Start.OVERWRITE else ""), later=True)
     source = str(last) if last else model_location(recipe.model.name_or_path, recipe.model.gguf_file)
-    tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
-    task = load_task_data(recipe, tokenizer)
+    with reporter.phase(f"set-up: tokenizing {recipe.task.name}'s data" + (" and its holdout" * (recipe.task.holdout > 0))):
+        tokenizer = load_tokenizer(source, recipe.model.trust_remote_code)
+        task = load_task_data(recipe, tokenizer)
     if last is not None:
         _check_same_head(last, task.kind, recipe)
     total_steps = plan_total_steps(recipe, len(task.train), ctx.world_size)
@@ -318,7 +319,8 @@ def prepare(recipe: Recipe, ctx: Distributed, start: Start, reporter: Reporter, 
     if dry_run and report.failures:
         return prepared  # the model would only add noise to a run that cannot start
 
-    prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
+    with reporter.phase(f"set-up: loading the model {last or source}"):
+        prepared.built, prepared.adapter = _load_model(recipe, task.kind, last, adapter)
     if tc.gradient_checkpointing:  # refused here, before the run directory is touched
         enable_gradient_checkpointing(prepared.built.model)
     if ctx.rank > 0:
@@ -402,16 +404,19 @@ def set_up(p: Prepared, reporter: Reporter, new_dir: rundir.NewRunDir) -> Traini
 
     # Rank 0 alone probes (on `model`, outside DDP: no collective); the others wait at the next one.
     # Built before the run directory is touched: a probe file it cannot read leaves nothing behind.
-    prober = (prober_for_run(recipe, model, functional, p.tokenizer, device, training_texts=p.task.sentences)
-              if recipe.probe.enabled and ctx.is_main else None)
+    prober = None
+    if recipe.probe.enabled and ctx.is_main:  # θ*'s side is kept in recall's cache for the next run of this setting
+        with reporter.phase("set-up: θ*'s side of the probes (cached for the next run)") as progress:
+            prober = prober_for_run(recipe, model, functional, p.tokenizer, device, p.task.sentences, progress=progress)
     for note in prober.notes if prober else ():
         reporter.warn(note)
     # The methods' terms and hooks, before the run directory is written (the anchor's pre-pass is the
     # slow part: a stop during it leaves nothing behind).
     start = _start_of_run(p, model, functional, reporter)
-    runs = start_methods(RunView(recipe, model, {**functional, **start}, p.task.train, p.plan, device,
-                                 autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
-                                 p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size))
+    with reporter.phase(f"set-up: starting {', '.join(m.name for m in p.plan.methods) or 'the run'}"):
+        runs = start_methods(RunView(recipe, model, {**functional, **start}, p.task.train, p.plan, device,
+                                     autocast_for(p.precision, device), pad_id, tc.eval_batch_size or 2 * tc.batch_size,
+                                     p.saved is None, reporter, p.tokenizer, ctx.rank, ctx.world_size))
     params = [q for q in model.parameters() if q.requires_grad]
 
     state = _restore_or_start(p, optimizer, scaler, theta_star, start, new_dir)
