@@ -165,7 +165,7 @@ def check_hub(model_name: str, task_name: str, data_dir: str | None, what: str =
 def _load(what: str, loader, name: str, **kwargs):
     name = resolve_name_or_path(name)
     if name.endswith(GGUF_SUFFIX):
-        from .gguf import load_gguf
+        from .model_source import load_gguf
 
         return load_gguf(what, loader, name, _call_loader, **kwargs)
     folder = Path(name).expanduser()
