@@ -48,6 +48,28 @@ def weight_dtype(cfg: ModelConfig) -> torch.dtype:
     return DTYPES[name]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """model.dtype's name for a torch dtype (fp32, bf16, fp16); other dtypes by torch's own name."""
+    return next((name for name, d in DTYPES.items() if d == dtype), str(dtype).removeprefix("torch."))
+
+
+def weights_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype most of the model's weights are held in (by element count): a LoRA model's fp32 adapters
+    are a sliver beside its base, which is what model.dtype loaded."""
+    counts: Counter[torch.dtype] = Counter()
+    for p in model.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] += p.numel()
+    return counts.most_common(1)[0][0] if counts else torch.float32
+
+
+def compute_precision(weights: torch.dtype, precision: str) -> str:
+    """What the matrix products run in: train.precision's autocast dtype where it casts (bf16, fp16), else the
+    weights' own dtype. A bf16 model under train.precision=fp32 computes in bf16: autocast off casts nothing
+    up, so calling that run fp32 (as the start line and summary.json once did) was untrue."""
+    return precision if precision in ("bf16", "fp16") else dtype_name(weights)
+
+
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """train.gradient_checkpointing: transformers' own, non-reentrant (it works with frozen inputs, LoRA, DDP and
     FSDP, and recomputes each layer's forward in the backward pass instead of keeping its activations)."""
