@@ -207,6 +207,22 @@ def test_fsdp_without_torchrun_is_refused(tiny_model_dir, tmp_path):
     assert "train.distributed=fsdp" in out and "torchrun" in out and not (tmp_path / "run").exists()
 
 
+def test_the_fsdp_flag_is_train_distributed_fsdp_and_refused_in_one_line_without_processes(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "run", probe={"enabled": False}))
+    alone = runner.invoke(app, ["finetune", str(recipe), "--fsdp", "--plain"])
+    assert alone.exit_code == 2, alone.output
+    assert alone.output.strip().splitlines()[-1].startswith("error: --fsdp shards the model over processes, and this is one")
+    assert "--nproc N" in alone.output and "Traceback" not in alone.output and not (tmp_path / "run").exists()
+    # with two processes the dry run reads it as the recipe key: the resolved recipe and the FSDP check say so
+    dry = runner.invoke(app, ["finetune", str(recipe), "--fsdp", "--nproc", "2", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    said = json.loads(dry.output)
+    assert said["recipe"]["train"]["distributed"] == "fsdp"
+    assert any(c["name"] == "distributed" and c["status"] == "ok" and c["message"].startswith("FSDP2 over 2 processes")
+               for c in said["checks"]), said["checks"]
+    assert not (tmp_path / "run").exists()
+
+
 # ---- gradient checkpointing ----------------------------------------------------------------------
 
 
