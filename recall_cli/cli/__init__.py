@@ -84,10 +84,7 @@ def finetune(
         import os
 
         torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
-        if fsdp and (nproc or torchrun_world) <= 1:
-            fail("--fsdp shards the model over processes, and this is one: add --nproc N (N >= 2), or start it under "
-                 "torchrun --nproc_per_node N -m recall_cli finetune", ExitCode.USAGE)
-        given = [*(overrides or []), *(["train.distributed=fsdp"] if fsdp and resume is None else [])]
+        given = _with_fsdp(fsdp, nproc or torchrun_world, overrides, resume)
         loaded = _recipe_to_run(recipe, given, resume)
         if fsdp and loaded.train.distributed != "fsdp":  # --resume: the run's config.yaml decides how it shards
             fail(f"--fsdp: the run in {resume} trained with train.distributed={loaded.train.distributed}; it resumes "
@@ -144,6 +141,15 @@ def finetune(
     # (distributed.SigtermFlag, installed over this handler for the loop's life). A full disk whose
     # error names no file is reported against the run directory.
     run_guarded(go, interrupted_hint=stopped, writes=lambda: started[0] if started else None)
+
+
+def _with_fsdp(fsdp: bool, processes: int, overrides: list[str] | None, resume: Path | None) -> list[str]:
+    """The overrides with --fsdp's train.distributed=fsdp (a resumed run keeps its config.yaml's); --fsdp on one
+    process is refused in one line before anything is read."""
+    if fsdp and processes <= 1:
+        fail("--fsdp shards the model over processes, and this is one: add --nproc N (N >= 2), or start it under "
+             "torchrun --nproc_per_node N -m recall_cli finetune", ExitCode.USAGE)
+    return [*(overrides or []), *(["train.distributed=fsdp"] if fsdp and resume is None else [])]
 
 
 def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Path | None):

@@ -70,6 +70,23 @@ def compute_precision(weights: torch.dtype, precision: str) -> str:
     return precision if precision in ("bf16", "fp16") else dtype_name(weights)
 
 
+def computed_in(model: torch.nn.Module, precision: str) -> dict[str, str]:
+    """summary.json's precision (what the products ran in) and weights (their dtype)."""
+    weights = weights_dtype(model)
+    return {"precision": compute_precision(weights, precision), "weights": dtype_name(weights)}
+
+
+def precision_facts(model: torch.nn.Module, precision: str, reason: str) -> dict[str, str]:
+    """The start line's weights (16-bit ones only) and precision, with why where recall chose it or where the
+    weights' dtype, not train.precision, decides it."""
+    weights = weights_dtype(model)
+    computes = compute_precision(weights, precision)
+    shown = precision if reason == "set in the recipe" else f"{precision} ({reason})"
+    if computes != precision:  # 16-bit weights without autocast: they compute in their own dtype
+        shown = f"{computes} (the weights' dtype: train.precision={shown} autocasts nothing)"
+    return {**({"weights": dtype_name(weights)} if weights != torch.float32 else {}), "precision": shown}
+
+
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """train.gradient_checkpointing: transformers' own, non-reentrant (it works with frozen inputs, LoRA, DDP and
     FSDP, and recomputes each layer's forward in the backward pass instead of keeping its activations)."""
