@@ -14,8 +14,13 @@ in units of one model's size on disk.
     python benchmarks/merge_memory.py --shards 4     # inputs split in 4 model-0000i-of-00004.safetensors + index
 
 The fusion reads one tensor at a time: linear, recall and task arithmetic keep a running sum (one
-model's copy read at a time), TIES reads rows of all N copies in 64 MB chunks. Recall adds its
+model's copy read at a time), TIES reads rows of all N copies in 16 MB chunks. Recall adds its
 representations (one model loaded at a time, a few samples) on top.
+
+Each merge runs two ways in the same run (--ways): "whole", how merge wrote before it streamed (the merged
+encoder collected by engine.fuse, then each output built in memory by safetensors' save_file), and
+"streamed", `recall merge` itself (each merged tensor written into every output as it is made,
+merge/writer.py). The last column is the peak in units of the largest tensor (float32).
 """
 
 from __future__ import annotations
@@ -53,7 +58,29 @@ def status(field):
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
 after_imports = status("VmRSS:")
-if args["models"]:
+if args["models"] and args["way"] == "whole":
+    # The way `recall merge` wrote before it streamed: the whole merged encoder collected (engine.fuse), then
+    # each output built in memory by safetensors' save_file (the encoder again, under the source's names, + head).
+    from safetensors.torch import save_file
+    from recall_cli.merge.io import read_tensors
+    from recall_cli.plugins.merges import merges
+    sources = engine.open_sources(args["models"])
+    base = args["base"] if args["method"] in ("task_arithmetic", "ties") else None
+    given = dict(base=base, samples=args["samples"], clusters=4, pool=16)
+    values = {}
+    for o in merges()[args["method"]].options:  # each option as the command line hands it: parsed
+        v = given.get(o.name, o.default)
+        values[o.name] = o.parse(v) if o.parse is not None and v is not None else v
+    method, _ = merges()[args["method"]].build(sources, values, device=None)
+    theta = engine.base_theta_star(sources, base) if method.needs_base else None
+    merged = engine.fuse(sources, method, theta)
+    Path(args["out"]).mkdir()
+    for s in sources:
+        tensors = {s.key(n): t for n, t in merged.items()}
+        tensors.update(read_tensors(s.files, s.head + s.kept))
+        save_file(tensors, str(Path(args["out"]) / f"{s.name}.safetensors"), metadata={"format": "pt"})
+        del tensors
+elif args["models"]:
     # theta* for task arithmetic and TIES: one more model of the same shape (memory needs no real one)
     base = args["base"] if args["method"] in ("task_arithmetic", "ties") else None
     options = {"samples": args["samples"], "clusters": 4, "pool": 16, "base": base}
@@ -120,8 +147,10 @@ def shard_folder(folder: Path, parts: int) -> None:
     (folder / "model.safetensors").unlink()
 
 
-def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path, base: str) -> tuple[float, float]:
-    payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples), "base": base})
+def peak_rss_mb(models: list[str], out: Path, method: str, samples: Path, base: str,
+                way: str = "streamed") -> tuple[float, float]:
+    payload = json.dumps({"models": models, "out": str(out), "method": method, "samples": str(samples), "base": base,
+                          "way": way})
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-c", _CHILD, payload], capture_output=True, text=True, env=env, check=True)
     got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -135,6 +164,9 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--methods", nargs="+", default=["linear", "recall"],
                         choices=["linear", "recall", "task_arithmetic", "ties"])
+    parser.add_argument("--ways", nargs="+", default=["whole", "streamed"], choices=["whole", "streamed"],
+                        help="whole: the merged encoder collected and each output built in memory (how merge wrote "
+                             "before it streamed); streamed: `recall merge` as it is")
     parser.add_argument("--shards", type=int, default=0, help="split each input's weights in this many files (0: one file)")
     args = parser.parse_args()
 
@@ -156,15 +188,18 @@ def main() -> None:
         samples = root / "samples.txt"
         samples.write_text("\n".join(f"sample sentence number {i} for the typical set" for i in range(16)) + "\n")
         print(f"one model: {model_mb:.0f} MB on disk ({args.layers} layers, hidden {args.hidden})")
-        print("| N | method | inputs on disk (MB) | RSS after imports (MB) | peak RSS (MB) | peak above imports (MB) | in models |")
-        print("|---|---|---|---|---|---|---|")
+        print("| N | method | written | inputs on disk (MB) | RSS after imports (MB) | peak RSS (MB) | peak above imports (MB) "
+              "| in models | in largest tensors |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n in args.counts:
             for method in args.methods:
-                out = root / f"out_{method}_{n}"
-                base, peak = peak_rss_mb(models[:n], out, method, samples, theta_star)
-                above = peak - base
-                print(f"| {n} | {method} | {n * model_mb:.0f} | {base:.0f} | {peak:.0f} | {above:.0f} | {above / model_mb:.2f} |", flush=True)
-                shutil.rmtree(out)
+                for way in args.ways:
+                    out = root / f"out_{method}_{n}_{way}"
+                    base, peak = peak_rss_mb(models[:n], out, method, samples, theta_star, way)
+                    above = peak - base
+                    print(f"| {n} | {method} | {way} | {n * model_mb:.0f} | {base:.0f} | {peak:.0f} | {above:.0f} "
+                          f"| {above / model_mb:.2f} | {above / largest_mb:.1f} |", flush=True)
+                    shutil.rmtree(out)
 
 
 if __name__ == "__main__":

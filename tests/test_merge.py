@@ -48,7 +48,13 @@ def merge(*args) -> tuple[int, str]:
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(folder / "model.safetensors"))
+    """A folder's tensors, from model.safetensors or from every shard its index names (a sharded input's
+    merge is written in shards as its source was)."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return load_file(str(folder / "model.safetensors"))
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    return {k: v for f in files for k, v in load_file(str(folder / f)).items()}
 
 
 @pytest.mark.slow

@@ -40,6 +40,10 @@ ALBERT = {
 MINILM_TASKS = ("mrpc", "rte", "stsb", "cola", "sst2")
 
 
+# Named after how they fit a 7B model (docs/scaling.md), not after their task: (processes, GiB a GPU in the header).
+SCALE = {"llama_7b_chat_lora.yaml": 1, "llama_7b_chat_fsdp.yaml": 8}
+
+
 def _ids(paths):
     return [p.name for p in paths]
 
@@ -111,7 +115,7 @@ def test_recipe_validates(path):
             value = float(value)  # YAML 1.1 reads 2e-5 as a string; the recipe takes it as the number
         assert got == value and isinstance(got, bool) == isinstance(value, bool), (key, got, value)
     # Named after its file and writing where its name says; a known optimizer; a sane schedule.
-    if path.name != "quickstart.yaml":
+    if path.name != "quickstart.yaml" and path.name not in SCALE:
         assert path.stem.rsplit("_", 1)[1] == recipe.task.name.removesuffix("_lm")  # smollm2_sst2: sst2_lm
     assert recipe.output_dir == f"runs/{path.stem}"
     assert recipe.optimizer.name in OPTIMIZERS
@@ -139,6 +143,47 @@ def test_recipe_schedule_has_no_warnings(path):
     recipe = _build(path)
     total = recipe.train.max_steps or _steps_of_epochs(recipe)  # an epochs recipe: counted on data/glue/
     assert recipe_advice.schedule_warnings(recipe, total) == []
+
+
+@pytest.mark.parametrize("name", sorted(SCALE))
+def test_a_7b_recipe_states_the_gpu_memory_preflight_computes_for_it(name, monkeypatch):
+    """The header's GiB a GPU is recall's own estimate for the recipe (training/preflight.py) on Llama-2-7B's
+    config (its shape, built here: no hub), at the header's number of processes; and the header's model state in
+    bytes a parameter is the estimate's."""
+    import re
+
+    import torch
+    from transformers import LlamaConfig
+
+    from recall_cli.methods import active
+    from recall_cli.names import custom_lm_task
+    from recall_cli.tasks import task_type_for
+    from recall_cli.training import preflight, weights
+
+    path = RECIPES / name
+    recipe = _build(path)
+    header = "\n".join(_header(path))
+    assert recipe.model.name_or_path == "meta-llama/Llama-2-7b-chat-hf" and recipe.model.dtype == "bf16"
+    assert recipe.train.gradient_checkpointing and recipe.train.device == "cuda"
+    world = SCALE[name]
+    assert (recipe.train.distributed == "fsdp") == (world > 1) and (recipe.model.lora.r > 0) == (world == 1)
+    if world > 1:
+        assert f"--nproc {world}" in header and recipe.probe.enabled is False  # FSDP refuses the in-run probes
+    llama_2_7b = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                             tie_word_embeddings=False)
+    monkeypatch.setattr(weights, "checkpoint_dtype", lambda location: "bf16")  # not read: dtype is set, not auto
+    est = preflight.estimate_memory(recipe, llama_2_7b, task_type_for(custom_lm_task()), torch.device("cuda"),
+                                    recipe.train.precision, world, [recipe.task.max_seq_length], active(recipe))
+    assert est.parameters == 6_738_415_616
+    said = re.search(r"~([\d.]+) GiB (?:in all|a\s*(?:#\s*)?GPU)", header)
+    assert said is not None, header
+    assert float(said.group(1)) == round(est.total_bytes / 2**30, 1), (said.group(1), est.total_bytes / 2**30)
+    if world > 1:  # the one-process state, 20 bytes a parameter, split over the ranks
+        assert "20 bytes a parameter in one process" in header
+        assert est.bytes_per_parameter * world == pytest.approx(20, abs=0.1)
+    else:
+        assert f"({est.bytes_per_parameter:.1f} bytes a" in header
 
 
 @pytest.mark.parametrize("path", PAPER, ids=_ids(PAPER))

@@ -155,10 +155,72 @@ def test_fp16_weights_on_a_cpu_are_refused_before_anything_is_written(tiny_model
     assert not (tmp_path / "run").exists()
 
 
+def _dry_run_of(recipe: dict, path: Path) -> str:
+    result = runner.invoke(app, ["finetune", str(write_recipe(path, recipe)), "--dry-run", "--plain"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _disk_line(out: str) -> dict[str, float]:
+    """The dry run's '# disk:' line, in MiB: the total and each part it names."""
+    import re
+
+    line = next(l for l in out.splitlines() if l.startswith("# disk:"))
+    found = {"total": r"~([\d,]+) MiB at the end", "folder": r"checkpoint folders of ([\d,]+) MiB",
+             "theta_star": r"theta\* ([\d,]+) MiB", "moments": r"Adam's moments ([\d,]+) MiB",
+             "masters": r"fp32 master weights ([\d,]+) MiB"}
+    return {k: float(m.group(1).replace(",", "")) for k, pattern in found.items() if (m := re.search(pattern, line))}
+
+
+def test_a_bf16_run_says_it_computes_in_bf16_and_its_dry_run_sizes_2_bytes_a_weight(tiny_model_dir, tmp_path):
+    """model.dtype=bf16 with train.precision=fp32: nothing autocasts, so the matrix products run in the weights'
+    bf16; the start line and summary.json say so (they said precision=fp32), and the dry run's disk line sizes
+    the checkpoints at 2 bytes a parameter (it said 4) with RecAdam's fp32 masters in last/'s optimizer state."""
+    train = {"max_steps": 2, "eval_every": 2, "precision": "fp32"}
+    bf16 = tiny_recipe(tiny_model_dir, tmp_path / "run", model={"dtype": "bf16"}, train=train, probe={"enabled": False})
+    said = _disk_line(_dry_run_of(bf16, tmp_path / "dry.yaml"))
+    said32 = _disk_line(_dry_run_of(tiny_recipe(tiny_model_dir, tmp_path / "run32", train=train,
+                                                probe={"enabled": False}), tmp_path / "dry32.yaml"))
+    assert "masters" not in said32 and said32["folder"] == 2 * said["folder"] and said32["theta_star"] == 2 * said["theta_star"]
+
+    result = runner.invoke(app, ["finetune", str(write_recipe(tmp_path / "r.yaml", bf16)), "--plain"])
+    assert result.exit_code == 0, result.output
+    start = next(line for line in result.output.splitlines() if line.startswith("recall: starting"))
+    assert "weights=bf16 precision=bf16 (the weights' dtype: train.precision=fp32 autocasts nothing)" in start
+    assert "precision=fp32" not in start.split("train.precision")[0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["weights"] == "bf16" and summary["precision"] == "bf16"
+    # the dry run's parts against the files the run wrote (MiB, rounded as the line rounds them)
+    run = tmp_path / "run"
+    mib = lambda *paths: sum(p.stat().st_size for p in paths) / 2**20  # noqa: E731
+    assert said["folder"] == round(mib(run / "best" / "model.safetensors"))
+    assert said["theta_star"] == round(mib(run / "anchor.safetensors"))
+    assert said["moments"] + said["masters"] == pytest.approx(mib(run / "last" / "optimizer.pt"), abs=1)
+    written = mib(run / "best" / "model.safetensors", run / "last" / "model.safetensors", run / "anchor.safetensors",
+                  run / "last" / "optimizer.pt")
+    assert said["total"] == pytest.approx(written, abs=1)
+
+
 def test_fsdp_without_torchrun_is_refused(tiny_model_dir, tmp_path):
     code, out = _dry_run(tiny_recipe(tiny_model_dir, tmp_path / "run", train={"distributed": "fsdp"}), tmp_path)
     assert code == 2, out
     assert "train.distributed=fsdp" in out and "torchrun" in out and not (tmp_path / "run").exists()
+
+
+def test_the_fsdp_flag_is_train_distributed_fsdp_and_refused_in_one_line_without_processes(tiny_model_dir, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "run", probe={"enabled": False}))
+    alone = runner.invoke(app, ["finetune", str(recipe), "--fsdp", "--plain"])
+    assert alone.exit_code == 2, alone.output
+    assert alone.output.strip().splitlines()[-1].startswith("error: --fsdp shards the model over processes, and this is one")
+    assert "--nproc N" in alone.output and "Traceback" not in alone.output and not (tmp_path / "run").exists()
+    # with two processes the dry run reads it as the recipe key: the resolved recipe and the FSDP check say so
+    dry = runner.invoke(app, ["finetune", str(recipe), "--fsdp", "--nproc", "2", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    said = json.loads(dry.output)
+    assert said["recipe"]["train"]["distributed"] == "fsdp"
+    assert any(c["name"] == "distributed" and c["status"] == "ok" and c["message"].startswith("FSDP2 over 2 processes")
+               for c in said["checks"]), said["checks"]
+    assert not (tmp_path / "run").exists()
 
 
 # ---- gradient checkpointing ----------------------------------------------------------------------

@@ -71,6 +71,7 @@ def finetune(
     plain: Annotated[Optional[bool], typer.Option("--plain/--rich", help="Plain log lines or a live progress bar (default: rich on a TTY).", show_default=False)] = None,
     nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, help="Start N processes on this machine under torchrun (DDP: nccl on CUDA, gloo on CPU). train.batch_size is per process.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: one JSON object (recipe, plan, preflight checks, memory estimate).")] = False,
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="Shard the model over the processes (FSDP2), as train.distributed=fsdp: with --nproc N or under torchrun.")] = False,
 ) -> None:
     """Fine-tune a model as a recipe says, writing a run directory (see docs/run-directory.md).
 
@@ -80,10 +81,14 @@ def finetune(
     """
 
     def go() -> None:
-        loaded = _recipe_to_run(recipe, overrides, resume)
         import os
 
         torchrun_world = int(os.environ.get("WORLD_SIZE", "1"))
+        given = _with_fsdp(fsdp, nproc or torchrun_world, overrides, resume)
+        loaded = _recipe_to_run(recipe, given, resume)
+        if fsdp and loaded.train.distributed != "fsdp":  # --resume: the run's config.yaml decides how it shards
+            fail(f"--fsdp: the run in {resume} trained with train.distributed={loaded.train.distributed}; it resumes "
+                 "as it began: leave --fsdp out", ExitCode.USAGE)
         if nproc is not None and "WORLD_SIZE" in os.environ and nproc != torchrun_world:
             fail(f"--nproc {nproc} under torchrun with WORLD_SIZE={torchrun_world}: give one or the other", ExitCode.USAGE)
         if as_json and not dry_run:
@@ -102,7 +107,7 @@ def finetune(
             from ..distributed import launch
 
             args = ["finetune"]
-            args += ["--resume", str(resume)] if resume is not None else [str(recipe), *(overrides or [])]
+            args += ["--resume", str(resume)] if resume is not None else [str(recipe), *given]
             args += ["--overwrite"] if overwrite else []
             args += [] if plain is None else ["--plain" if plain else "--rich"]
             raise typer.Exit(launch(nproc, args))
@@ -136,6 +141,15 @@ def finetune(
     # (distributed.SigtermFlag, installed over this handler for the loop's life). A full disk whose
     # error names no file is reported against the run directory.
     run_guarded(go, interrupted_hint=stopped, writes=lambda: started[0] if started else None)
+
+
+def _with_fsdp(fsdp: bool, processes: int, overrides: list[str] | None, resume: Path | None) -> list[str]:
+    """The overrides with --fsdp's train.distributed=fsdp (a resumed run keeps its config.yaml's); --fsdp on one
+    process is refused in one line before anything is read."""
+    if fsdp and processes <= 1:
+        fail("--fsdp shards the model over processes, and this is one: add --nproc N (N >= 2), or start it under "
+             "torchrun --nproc_per_node N -m recall_cli finetune", ExitCode.USAGE)
+    return [*(overrides or []), *(["train.distributed=fsdp"] if fsdp and resume is None else [])]
 
 
 def _recipe_to_run(recipe: Path | None, overrides: list[str] | None, resume: Path | None):

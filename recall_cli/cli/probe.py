@@ -51,6 +51,7 @@ def probe(
     max_length: Annotated[Optional[int], typer.Option(min=8, help=f"Tokens per sentence (default: {PROBE_MAX_LENGTH}, a run's own).", show_default=False)] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = PROBE_BATCH_SIZE,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="The models' weights and forward passes in fp32, bf16 or fp16 (half the memory); the numbers are computed in fp32.")] = "fp32",
     as_json: JsonOpt = False,
 ) -> None:
     """Probe models against theta*: per-layer CKA, drift, zero-shot STS (Spearman, retained ratio), MLM loss ratio.
@@ -68,7 +69,7 @@ def probe(
         check_device_name(device)  # cuda where none is visible: probe_targets, after the names (no torch before)
         rows = probe_targets(list(targets), against=against, probes=names, texts_file=texts, pairs_file=pairs,
                              choices_file=choices, num_texts=num_texts, num_pairs=num_pairs, max_length=max_length,
-                             batch_size=batch_size, device=device, from_runs=True)
+                             batch_size=batch_size, device=device, from_runs=True, dtype=dtype)
         if as_json:
             typer.echo(dumps_json(rows))
             return

@@ -1,10 +1,13 @@
 """Merging N models into one encoder, layer by layer, and writing one classifier per source model.
 
-Memory: the merged encoder (one model) is built one tensor at a time; weighted sums read one model's
-copy of the tensor at a time, TIES reads rows of all N copies in chunks of CHUNK_BYTES. The merged
-encoder is then written once per source with that source's head, each output file built by
-safetensors in memory (a second model). RECALL's representations are a few
-(samples x layers x hidden) tensors, computed one model at a time.
+Memory: nothing holds a whole model. Each encoder tensor is fused from its N versions (weighted sums read
+one model's copy at a time, TIES rows of all N copies in chunks of CHUNK_BYTES) and written at once into
+every output (merge/writer.py: each output's safetensors header is planned from the inputs' headers before
+the first tensor, so its bytes go straight to their place in the file, and a model past its source's shard
+size is written in shards as they fill). The peak is then a few copies of the largest tensor
+(benchmarks/merge_memory.py measures it against the whole-model way it replaced). RECALL's weights come
+first, from its representations: a few (samples x layers x hidden) tensors, computed with one model loaded
+at a time (that model, whole, is RECALL's peak).
 
 Outputs go to a temporary folder beside ``out`` and are renamed into place at the end, so a failure
 leaves nothing behind.
@@ -13,14 +16,12 @@ leaves nothing behind.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
-
 from .. import card
 from ..errors import MergeError
 from ..rundir import MERGE_RECORD, dumps_strict, staged_folder
@@ -37,7 +38,9 @@ from .io import (
     TensorVersions,
     open_source,
     read_tensors,
+    tensor_specs,
 )
+from .writer import Planned, StreamedCheckpoint
 
 # Files of a checkpoint folder that are not weights or training state: config and tokenizer.
 _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
@@ -96,6 +99,28 @@ def base_theta_star(sources: list[Source], base: str | None) -> list[ThetaStar]:
     return theta_star
 
 
+def fused(
+    sources: list[Source],
+    method: MergeMethod,
+    theta_star: list[ThetaStar] | None = None,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The merged encoder's tensors (prefix-free name, tensor in the first input's dtype), one at a time, in
+    layer order; the method reads the tensor's N versions one model at a time or in row chunks of about
+    ``chunk_bytes``. Only the tensor yielded last is held here."""
+    for layer, names in layer_groups(sources[0]).items():
+        for n in names:
+            base = _base_tensor(theta_star, n) if method.needs_base else None
+            out = method.fuse(TensorVersions(sources, n, chunk_bytes), layer, base)
+            merged = out.to(_merged_dtype(sources, n)).contiguous()
+            if not bool(torch.isfinite(merged).all()):
+                _check_not_poisoned(sources, method, n, out, base, chunk_bytes)
+            del out, base
+            yield n, merged
+            del merged
+
+
 def fuse(
     sources: list[Source],
     method: MergeMethod,
@@ -103,18 +128,13 @@ def fuse(
     *,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> dict[str, torch.Tensor]:
-    """The merged encoder, by prefix-free name, fused one tensor at a time; the method reads the
-    tensor's N versions one model at a time or in row chunks of about ``chunk_bytes``."""
-    merged: dict[str, torch.Tensor] = {}
-    for layer, names in layer_groups(sources[0]).items():
-        for n in names:
-            base = _base_tensor(theta_star, n) if method.needs_base else None
-            out = method.fuse(TensorVersions(sources, n, chunk_bytes), layer, base)
-            merged[n] = out.to(_DTYPES.get(sources[0].dtypes[n], torch.float32)).contiguous()
-            if not bool(torch.isfinite(merged[n]).all()):
-                _check_not_poisoned(sources, method, n, out, base, chunk_bytes)
-            del out, base
-    return merged
+    """The whole merged encoder in memory, by prefix-free name (``fused``, collected: for a caller that
+    wants every tensor at once; ``merge`` writes them as they come)."""
+    return dict(fused(sources, method, theta_star, chunk_bytes=chunk_bytes))
+
+
+def _merged_dtype(sources: list[Source], name: str) -> torch.dtype:
+    return _DTYPES.get(sources[0].dtypes[name], torch.float32)
 
 
 def _check_not_poisoned(sources: list[Source], method: MergeMethod, name: str, out: torch.Tensor,
@@ -163,12 +183,33 @@ def output_card(out: Path, name: str, record: dict[str, Any], recipe: dict[str, 
                            inputs=record["inputs"], source=recipe or {}, scores=scores)
 
 
-def _write_output(source: Source, merged: dict[str, torch.Tensor], folder: Path, card_text: str) -> None:
+def _planned(source: Source, sources: list[Source]) -> list[Planned]:
+    """Every tensor ``source``'s output holds, from the headers alone: the merged encoder (in the first input's
+    dtypes, under this source's names), then this source's head and saved buffers as they are."""
+    from .writer import dtype_name
+
+    planned = [Planned(source.key(n), dtype_name(_merged_dtype(sources, n)), tuple(source.shapes[n]))
+               for names in layer_groups(sources[0]).values() for n in names]
+    own = tensor_specs(source.files, source.head + source.kept)
+    return planned + [Planned(key, dtype, shape) for key, (dtype, shape) in own.items()]
+
+
+def _shard_bytes(source: Source) -> int | None:
+    """An output is split as its source was: at its largest weights file's size when it came in shards."""
+    files = set(source.files.values())
+    return max(f.stat().st_size for f in files) if len(files) > 1 else None
+
+
+def _open_output(source: Source, sources: list[Source], folder: Path) -> StreamedCheckpoint:
     folder.mkdir()
-    tensors = {source.key(n): t for n, t in merged.items()}
-    tensors.update(read_tensors(source.files, source.head + source.kept))
-    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    del tensors
+    return StreamedCheckpoint(folder, _planned(source, sources), max_shard_bytes=_shard_bytes(source))
+
+
+def _finish_output(source: Source, weights: StreamedCheckpoint, folder: Path, card_text: str) -> None:
+    """The source's head and buffers (read one file at a time), then its config, tokenizer, card, recipe."""
+    for key, tensor in read_tensors(source.files, source.head + source.kept).items():
+        weights.write(key, tensor)
+    weights.close()
     for item in source.folder.iterdir():
         if not _copied(item):
             continue
@@ -215,7 +256,6 @@ def merge(
     raises, they are removed and DIR is not created."""
     out = Path(out)
     check_out(out)
-    merged = fuse(sources, method, theta_star)
     # check_out again before the rename: someone else may have made --out meanwhile.
     with staged_folder(out, check=lambda: check_out(out)) as staging:
         outputs = {s.name: out / s.name for s in sources}
@@ -232,8 +272,20 @@ def merge(
             **(record or {}),
             "outputs": {name: str(path) for name, path in outputs.items()},
         }
-        for s in sources:
-            _write_output(s, merged, staging / s.name, output_card(out, s.name, full, s.recipe))
+        writing: dict[str, StreamedCheckpoint] = {}
+        try:
+            for s in sources:
+                writing[s.name] = _open_output(s, sources, staging / s.name)
+            for name, tensor in fused(sources, method, theta_star):  # each merged tensor to every output, then freed
+                for s in sources:
+                    writing[s.name].write(s.key(name), tensor)
+                del tensor
+            for s in sources:
+                _finish_output(s, writing[s.name], staging / s.name, output_card(out, s.name, full, s.recipe))
+        except BaseException:
+            for weights in writing.values():
+                weights.abort()  # its files closed; staged_folder removes them
+            raise
         (staging / MERGE_RECORD).write_text(dumps_strict(full, indent=2) + "\n", encoding="utf-8")
         if before_rename is not None:
             before_rename({s.name: staging / s.name for s in sources})

@@ -241,6 +241,20 @@ def read_tensors(files: dict[str, Path], keys: list[str]) -> dict[str, torch.Ten
     return out
 
 
+def tensor_specs(files: dict[str, Path], keys: list[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each of ``keys``' (safetensors dtype name, shape), from the files' headers: no tensor is read."""
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for key in keys:
+        by_file[files[key]].append(key)
+    out = {}
+    for file, wanted in by_file.items():
+        with _opened(file) as f:
+            for key in wanted:
+                piece = f.get_slice(key)
+                out[key] = (piece.get_dtype(), tuple(piece.get_shape()))
+    return out
+
+
 def read_tensor(source: Source, name: str) -> torch.Tensor:
     """One encoder tensor by prefix-free name."""
     return read_tensors(source.files, [source.key(name)])[source.key(name)]

@@ -45,6 +45,15 @@ def check_temperature(value: float) -> float:
     return temperature
 
 
+_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def check_dtype(value: str) -> str:
+    if value not in _DTYPES:
+        raise MergeError(f"--dtype {value}: use fp32, bf16 or fp16")
+    return value
+
+
 def parse_gamma(value: str | float) -> str | float:
     """--gamma: median, hidden or a positive finite number."""
     if value in ("median", "hidden"):
@@ -72,6 +81,8 @@ class Recall(Linear):
         Option("gamma", str, "RBF gamma per layer: median (heuristic), hidden (1/hidden size) or a number.",
                default=DEFAULT_GAMMA, parse=parse_gamma),
         Option("seed", int, "seed of the sample pool and k-means.", default=0, show_default=True),
+        Option("dtype", str, "the models' forward passes for the hidden states in fp32, bf16 or fp16 (half the memory; "
+               "the states are pooled and compared in fp32).", default="fp32", show_default=True, parse=check_dtype),
     )
 
     @classmethod
@@ -84,12 +95,15 @@ class Recall(Linear):
         method, report = recall_weights(
             sources, ref, texts, clusters=values["clusters"], pool=values["pool"], temperature=values["temperature"],
             gamma=values["gamma"], max_seq_length=max_seq_length, seed=values["seed"], device=device,
+            dtype=values.get("dtype") or "fp32",
         )
         return method, {"reference": sources[ref].name, "samples_source": source, **report}
 
 
-def layer_representations(folder, features, batch_size: int, device: torch.device, pad_id: int) -> torch.Tensor:
-    """(layers, samples, hidden): each layer's hidden states mean-pooled over non-padding tokens."""
+def layer_representations(folder, features, batch_size: int, device: torch.device, pad_id: int,
+                          dtype: str = "fp32") -> torch.Tensor:
+    """(layers, samples, hidden): each layer's hidden states mean-pooled over non-padding tokens, in float32
+    (the model's forward runs in ``dtype``)."""
     import torch
     from transformers import AutoModel
 
@@ -97,7 +111,8 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     from ..model import quiet_transformers
 
     quiet_transformers()
-    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
+    weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    model = AutoModel.from_pretrained(str(folder), dtype=weights).to(device).eval()
     pooled = []
     with torch.no_grad():
         for start in range(0, len(features), batch_size):
@@ -181,8 +196,10 @@ def recall_weights(
     batch_size: int = 32,
     seed: int = 0,
     device: torch.device | None = None,
+    dtype: str = "fp32",
 ) -> tuple[Recall, dict[str, Any]]:
-    """The linear method with RECALL's per-layer weights, and what merge.json records about them."""
+    """The linear method with RECALL's per-layer weights, and what merge.json records about them. ``dtype``: the
+    models' forward passes (a 7B model's in bf16 on a GPU); the representations are compared in float32."""
     import numpy as np
     import torch
 
@@ -194,6 +211,8 @@ def recall_weights(
     if not texts:
         raise MergeError("no input to take typical samples from: the samples are empty")
     device = device or torch.device("cpu")
+    if check_dtype(dtype) == "fp16" and device.type != "cuda":
+        raise MergeError("--dtype fp16 needs a CUDA device for RECALL's hidden states (on a CPU use --dtype bf16 or fp32)")
     rng = random.Random(seed)
     candidates = list(range(len(texts)))
     rng.shuffle(candidates)
@@ -207,12 +226,13 @@ def recall_weights(
         return tokenize(Examples(rows, [0] * len(rows), "samples"), tokenizer, max_seq_length)
 
     # The reference embeds the pool once; its last layer is the clustering embedding.
-    pool_reps = layer_representations(sources[ref].folder, features(pool_texts), batch_size, device, pad_id)
+    pool_reps = layer_representations(sources[ref].folder, features(pool_texts), batch_size, device, pad_id, dtype)
     chosen = typical_samples(pool_reps[-1].numpy(), clusters, seed)
     sample_features = features([pool_texts[i] for i in chosen])
     reps = []
     for i, source in enumerate(sources):
-        reps.append(pool_reps[:, chosen] if i == ref else layer_representations(source.folder, sample_features, batch_size, device, pad_id))
+        reps.append(pool_reps[:, chosen] if i == ref else layer_representations(source.folder, sample_features, batch_size, device,
+                                                                                      pad_id, dtype))
     gamma_n = gammas(reps, ref, gamma)
     s = similarities(reps, ref, gamma_n)
     if not np.isfinite(s).all():  # a gamma so large that gamma * distance overflows
@@ -225,6 +245,7 @@ def recall_weights(
         raise MergeError(f"--temperature {temperature:g} gives RECALL weights that are not finite numbers at layer {layer}: "
                          f"use a larger temperature (e.g. {DEFAULT_TEMPERATURE:g})")
     report = {
+        **({"dtype": dtype} if dtype != "fp32" else {}),  # merge.json of an fp32 merge stays as it was
         "temperature": temperature,
         "gamma_rule": gamma if isinstance(gamma, str) else float(gamma),
         "gamma": gamma_n,

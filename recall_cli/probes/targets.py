@@ -88,12 +88,14 @@ def _fits(key: str, value: Any) -> bool:
 def probe_targets(targets: list[str], *, against: str | None = None, probes: list[str] | None, texts_file: str | None = None,
                   pairs_file: str | None = None, num_texts: int | None = None, num_pairs: int | None = None,
                   max_length: int | None = None, batch_size: int = _PROBE_BATCH, device: str = "auto",
-                  choices_file: str | None = None, from_runs: bool = False) -> list[dict[str, Any]]:
+                  choices_file: str | None = None, from_runs: bool = False, dtype: str = "fp32") -> list[dict[str, Any]]:
     """One record per target: {"target", "theta", "reference", measures..., "notes"}. ``from_runs``: a
     setting given as None is the targets' runs' own when they all share it (`recall probe` unless told),
     else a run's default probe section's (ProbeConfig: the encoder's four probes, the first 128 sentences,
     every pair, 64 tokens), so that a model probed here and a run's record of it agree. ``num_texts`` or
-    ``num_pairs`` 0: all of them."""
+    ``num_pairs`` 0: all of them. ``dtype`` (fp32, bf16, fp16): the models' weights and forward passes in it
+    (a 7B model's probe in bf16 takes half the memory); the numbers are computed from the hidden states and
+    logits in float32 whatever it is, and a record names a dtype other than fp32."""
     resolved = [resolve_target(t, against) for t in targets]  # every bad name fails before any model loads
     import torch
 
@@ -117,18 +119,20 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     check_size("--batch-size", batch_size, 1)
     inputs = load_inputs(probes, texts_file, pairs_file, num_texts, num_pairs, choices_file)
     dev = resolve_device(device, option="--device")
+    weights = probe_dtype(dtype, dev)
     results: dict[str, dict[str, Any]] = {}
     for theta_star in dict.fromkeys(t.theta_star for t in resolved):
         prober, ref_model = theta_star_prober(theta_star, probes, inputs, load_tokenizer(theta_star), dev,
-                                             max_length=max_length, batch_size=batch_size)
+                                             max_length=max_length, batch_size=batch_size, dtype=weights)
         for target in (t for t in resolved if t.theta_star == theta_star):
-            theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev)
+            theta = ref_model if target.theta == theta_star else load_probed(target.theta, probes).to(dev, weights)
             _check_same_shapes(theta, ref_model, target)
             record = prober.measure(theta, may_be_reference=theta is ref_model)
             own = record.pop("notes", [])
             results[target.name] = {"target": target.name, "theta": target.theta, "reference": theta_star,
                                     "texts": prober.n_texts, "pairs": prober.n_pairs,
-                                    **({"choices": prober.n_choices} if prober.n_choices else {}), **record,
+                                    **({"choices": prober.n_choices} if prober.n_choices else {}),
+                                    **({"dtype": dtype} if weights != torch.float32 else {}), **record,
                                     "notes": list(prober.notes) + own + ([_taken_note(taken, shared)] if taken else [])}
             del theta
         del ref_model, prober
@@ -137,15 +141,32 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     return [results[t.name] for t in resolved]
 
 
+_PROBE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # names: torch loads with a model
+
+
+def probe_dtype(name: str, device: torch.device) -> torch.dtype:
+    """--dtype's torch dtype, refused (ProbeError, exit 2) where the device has none of it."""
+    import torch
+
+    if name not in _PROBE_DTYPES:
+        raise ProbeError(f"--dtype {name}: use fp32, bf16 or fp16")
+    if name == "fp16" and device.type != "cuda":
+        raise ProbeError("--dtype fp16 needs a CUDA device (on a CPU use --dtype bf16 or fp32)")
+    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ProbeError(f"--dtype bf16: {torch.cuda.get_device_name(device)} has no bfloat16 (use --dtype fp16 or fp32)")
+    return getattr(torch, _PROBE_DTYPES[name])
+
+
 def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, device: torch.device, *, max_length: int,
-                     batch_size: int, option: str = "--max-length ", trust_remote_code: bool = False):
+                     batch_size: int, option: str = "--max-length ", trust_remote_code: bool = False,
+                     dtype: torch.dtype | None = None):
     """(the Prober holding θ*'s side, θ*'s encoder) for ``theta_star``: shared by `recall probe` and
     the library's probe(). ``option`` is how the length setting is named in the error ("--max-length "
     on the command line, "max_length=" from Python)."""
     from ..model import position_limit
     from .runner import Prober
 
-    ref_model = load_probed(theta_star, probes, trust_remote_code).to(device)
+    ref_model = load_probed(theta_star, probes, trust_remote_code).to(device, dtype)  # dtype None: as loaded (fp32)
     limit = position_limit(ref_model.config)
     if limit is not None and max_length > limit:
         shown = option.rstrip("= ")

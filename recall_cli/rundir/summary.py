@@ -40,7 +40,10 @@ class Summary:
     samples_per_s: float | None = None
     device: str | None = None
     device_name: str | None = None  # the GPU's or CPU's model (None in runs made before it was recorded)
+    # What the matrix products ran in: train.precision's autocast, or 16-bit weights' own dtype without it (runs
+    # made before model.dtype recorded train.precision here, which was the same thing for their fp32 weights).
     precision: str | None = None  # None in a 0.1 run
+    weights: str | None = None  # model.dtype as loaded (fp32, bf16, fp16); None in runs made before it was recorded
     # The step's compilation (train.compile): mode (null: eager), seconds (the steps that compiled,
     # their compute included), shapes (the padded lengths trained on), fallback (null, or why eager).
     # None in runs made before it existed.
@@ -117,8 +120,8 @@ def read_summary_checked(run_dir: Path) -> tuple[Summary | None, str | None]:
 
 
 _SUMMARY_TYPES: dict[str, str] = {
-    **dict.fromkeys(("task", "optimizer", "init", "model", "anneal_fun", "device", "device_name", "precision", "checkpoint",
-                     "against"), "text"),
+    **dict.fromkeys(("task", "optimizer", "init", "model", "anneal_fun", "device", "device_name", "precision", "weights",
+                     "checkpoint", "against"), "text"),
     **dict.fromkeys(("seed", "steps", "world_size", "global_batch_size"), "whole"),
     **dict.fromkeys(("anneal_k", "anneal_t0", "pretrain_cof", "recall_floor", "lr", "final_distance",
                      "train_seconds", "samples_per_s"), "number"),

@@ -30,6 +30,7 @@ from ..recipe import Recipe
 from ..runtime import autocast_for, device_name
 from ..scoring.evaluate import score
 from . import checkpoint, compiled, fsdp
+from .weights import computed_in, precision_facts
 from .loss import loss_step
 from .pending import Pending
 from .progress import Reporter, add_step, add_sums, empty_window, probe_cost, probe_due, train_record
@@ -439,12 +440,11 @@ def start_info(t: Training) -> dict[str, Any]:
     """The start line's facts. Says why when recall chose the precision: bf16 on one CPU and fp32 on
     another is otherwise a surprise."""
     tc = t.recipe.train
-    shown = t.precision if t.precision_reason == "set in the recipe" else f"{t.precision} ({t.precision_reason})"
     floor = t.recipe.optimizer.recall_floor  # the schedule's other half: the penalty never fades below it
     anchored = OPTIMIZERS[t.recipe.optimizer.name].anchored  # adamw has no schedule to show
     record = t.compute.compile_record
     step_mode = "eager" if record.mode is None else f"compiled ({record.mode})"
-    info = {"device": str(t.device), "precision": shown,
+    info = {"device": str(t.device), **precision_facts(t.model, t.precision, t.precision_reason),
             "step": step_mode if record.reason in ("off in the recipe", "on in the recipe") else f"{step_mode} ({record.reason})",
             "train_examples": len(t.task.train), **t.task.holdout_info(t.plan.total_steps, tc.eval_every),
             **({"probe": cost} if t.prober and (cost := probe_cost(t.prober, t.model, t.state.step, t.total_steps, tc.eval_every,
@@ -487,7 +487,8 @@ def build_summary(t: Training, final_distance: float, distances: list[float]) ->
         best=without_split(best) if best else None, final=final,
         final_distance=final_distance, probe=without_split(probes[-1]) if probes else None,
         train_seconds=state.train_seconds, samples_per_s=state.samples / max(state.train_seconds, 1e-9),
-        device=str(t.device), device_name=device_name(t.device), precision=t.precision, compile=t.compute.compile_record.to_dict(),
+        device=str(t.device), device_name=device_name(t.device), **computed_in(t.model, t.precision),
+        compile=t.compute.compile_record.to_dict(),
         versions={"recall": VERSION, "torch": torch.__version__, "transformers": transformers.__version__,
                   "python": platform.python_version()},
         world_size=t.ctx.world_size, global_batch_size=tc.batch_size * t.ctx.world_size * tc.grad_accum,

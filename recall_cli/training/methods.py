@@ -80,22 +80,29 @@ def dry_run_lines(prepared: Any) -> dict[str, str]:
 
 
 def disk_line(prepared: Any) -> str:
-    """What the run directory will take at the end: each checkpoint folder's weights (fp32), theta*,
-    last/'s Adam moments (two per trainable weight); and what train.save=final keeps of it."""
+    """What the run directory will take at the end: each checkpoint folder's weights (in the dtype they were
+    loaded in: 2 bytes a parameter under model.dtype=bf16), theta* (in its own), last/'s optimizer state (Adam's
+    two fp32 moments per trainable weight, and RecAdam's fp32 master copy of a 16-bit one); and what
+    train.save=final keeps of it."""
     recipe, model = prepared.recipe, prepared.built.model
-    weights = sum(p.numel() for p in model.parameters()) * 4
+    size = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
+    base = list(model.named_parameters())
     if prepared.adapter is not None:  # saved merged: the base model's size, plus the small adapter
         markers = prepared.adapter.extra_markers
-        weights = sum(p.numel() for n, p in model.named_parameters() if not any(m in n for m in markers)) * 4
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
-    theta_star = sum(t.numel() for t in (prepared.built.theta_star or {}).values()) * 4
+        base = [(n, p) for n, p in base if not any(m in n for m in markers)]
+    weights = size(p for _, p in base)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    moments = 8 * sum(p.numel() for p in trainable)  # RecAdam keeps them in fp32 whatever the weights' dtype
+    masters = 4 * sum(p.numel() for p in trainable if p.element_size() < 4)  # training/weights.py: fp32 masters
+    optimizer = moments + masters
+    theta_star = size((prepared.built.theta_star or {}).values())
     folders = 2 + len([f for m in prepared.plan.methods for f in m.checkpoint_folders(recipe)])  # best/, last/, lp/
     final = folders * weights
-    everything = final + theta_star + 2 * trainable + recipe.train.keep_last * (weights + 2 * trainable)
+    everything = final + theta_star + optimizer + recipe.train.keep_last * (weights + optimizer)
     mib = lambda n: f"{n / 2**20:,.0f} MiB"  # noqa: E731
     parts = (f"{folders} checkpoint folders of {mib(weights)}, theta* {mib(theta_star)}, Adam's moments "
-             f"{mib(2 * trainable)}" + (f", {recipe.train.keep_last} step copies" if recipe.train.keep_last else ""))
+             f"{mib(moments)}" + (f", fp32 master weights {mib(masters)}" if masters else "")
+             + (f", {recipe.train.keep_last} step copies" if recipe.train.keep_last else ""))
     if recipe.train.save == "all":
         return f"~{mib(everything)} at the end, all kept (train.save=all: {parts}); train.save=final keeps ~{mib(final)}"
     return f"~{mib(everything)} while it trains ({parts}); train.save=final keeps ~{mib(final)} at the end"
-

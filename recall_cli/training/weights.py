@@ -48,6 +48,45 @@ def weight_dtype(cfg: ModelConfig) -> torch.dtype:
     return DTYPES[name]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """model.dtype's name for a torch dtype (fp32, bf16, fp16); other dtypes by torch's own name."""
+    return next((name for name, d in DTYPES.items() if d == dtype), str(dtype).removeprefix("torch."))
+
+
+def weights_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype most of the model's weights are held in (by element count): a LoRA model's fp32 adapters
+    are a sliver beside its base, which is what model.dtype loaded."""
+    counts: Counter[torch.dtype] = Counter()
+    for p in model.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] += p.numel()
+    return counts.most_common(1)[0][0] if counts else torch.float32
+
+
+def compute_precision(weights: torch.dtype, precision: str) -> str:
+    """What the matrix products run in: train.precision's autocast dtype where it casts (bf16, fp16), else the
+    weights' own dtype. A bf16 model under train.precision=fp32 computes in bf16: autocast off casts nothing
+    up, so calling that run fp32 (as the start line and summary.json once did) was untrue."""
+    return precision if precision in ("bf16", "fp16") else dtype_name(weights)
+
+
+def computed_in(model: torch.nn.Module, precision: str) -> dict[str, str]:
+    """summary.json's precision (what the products ran in) and weights (their dtype)."""
+    weights = weights_dtype(model)
+    return {"precision": compute_precision(weights, precision), "weights": dtype_name(weights)}
+
+
+def precision_facts(model: torch.nn.Module, precision: str, reason: str) -> dict[str, str]:
+    """The start line's weights (16-bit ones only) and precision, with why where recall chose it or where the
+    weights' dtype, not train.precision, decides it."""
+    weights = weights_dtype(model)
+    computes = compute_precision(weights, precision)
+    shown = precision if reason == "set in the recipe" else f"{precision} ({reason})"
+    if computes != precision:  # 16-bit weights without autocast: they compute in their own dtype
+        shown = f"{computes} (the weights' dtype: train.precision={shown} autocasts nothing)"
+    return {**({"weights": dtype_name(weights)} if weights != torch.float32 else {}), "precision": shown}
+
+
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """train.gradient_checkpointing: transformers' own, non-reentrant (it works with frozen inputs, LoRA, DDP and
     FSDP, and recomputes each layer's forward in the backward pass instead of keeping its activations)."""
