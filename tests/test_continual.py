@@ -103,6 +103,55 @@ def test_an_earlier_task_is_scored_with_its_own_head_on_the_later_encoder(finish
 
 
 @pytest.mark.slow
+def test_the_reused_diagonal_is_a_fresh_score_of_the_same_weights(finished):
+    """R[i][i] comes from the stage's own final evaluation (not scored twice): it must be, exactly, what the
+    matrix's scorer gives the same last/ weights on the same rows; a stage trained with other eval rows or
+    batches is scored again."""
+    import dataclasses
+
+    from recall_cli.model import load_checkpoint_model, load_tokenizer
+    from recall_cli.sequence.runner import plan_for, stage_recipe
+    from recall_cli.sequence.scoring import Scorer
+    from recall_cli.tasks import task_spec, task_type_for
+
+    files, out, record = finished
+    plan = plan_for(files, [], out, seed=None, resume=False)
+    scorer = Scorer(plan, torch.device("cpu"))
+    chosen: list[Path] = []
+    for stage in plan.stages:
+        trained = stage_recipe(plan, stage, chosen)
+        folder = stage.run_dir / "last"
+        chosen.append(folder)
+        kind = task_type_for(task_spec(stage.recipe.task))
+        fresh = scorer.score(load_checkpoint_model(folder, kind), stage, load_tokenizer(str(folder)))
+        reused = scorer.finetune_score(stage, trained, folder)
+        assert reused is not None and reused == fresh
+        assert record["matrix"][stage.index][stage.index - 1] == fresh
+        # other rows (a cap on the eval rows) or other batches (padding): the record is not these numbers
+        other_rows = dataclasses.replace(trained, task=dataclasses.replace(trained.task, max_eval_examples=23))
+        other_batch = dataclasses.replace(trained, train=dataclasses.replace(trained.train, eval_batch_size=5))
+        assert scorer.finetune_score(stage, other_rows, folder) is None
+        assert scorer.finetune_score(stage, other_batch, folder) is None
+    # best/ is read at best/'s own step (stage 1 evaluates once, at its last step: best/ is that step)
+    assert scorer.finetune_score(plan.stages[0], stage_recipe(plan, plan.stages[0], []),
+                                 plan.stages[0].run_dir / "best") == record["matrix"][1][0]
+
+
+@pytest.mark.slow
+def test_a_stage_scores_only_the_cells_its_finetune_did_not(tiny_model_dir, tmp_path, monkeypatch):
+    """Two classifier stages: the matrix scores R[2][1] alone (the diagonal is each finetune's final
+    evaluation: before this, R[1][1], R[2][1] and R[2][2] were all scored)."""
+    from recall_cli.sequence.scoring import Scorer
+
+    calls: list[str] = []
+    score = Scorer.score
+    monkeypatch.setattr(Scorer, "score", lambda self, model, stage, tok: calls.append(stage.task) or score(self, model, stage, tok))
+    files = stage_files(tmp_path, tiny_model_dir, tasks=TASKS[:2])
+    record = run_continual(files, [], tmp_path / "seq")
+    assert calls == ["mrpc"] and record["matrix"][2][1] is not None and record["matrix"][1][0] is not None
+
+
+@pytest.mark.slow
 def test_a_stopped_sequence_resumes_to_the_same_record(finished, tmp_path, monkeypatch):
     """SIGTERM-like stop (Ctrl-C's path) in stage 2, then a crash in stage 3 (as kill -9: nothing after it
     runs), then --resume: the record equals the uninterrupted one, timings aside; stage 1 never retrains."""

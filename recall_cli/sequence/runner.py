@@ -205,7 +205,10 @@ def run_continual(files: list[Path], overrides: list[str], out: Path, *, resume:
             chosen.append(merged or chosen_weights(stage, plan.settings.weights))
             if done:
                 continue
-            row, score_seconds = timed(scorer.row, stage.index, chosen)
+            # R[i][i] is the stage's own final evaluation where that scored these very weights and rows (not a
+            # merged model): scoring it again would repeat it bit for bit (issue 49's overhead over finetune)
+            diagonal = scorer.finetune_score(stage, recipe, chosen[-1]) if merged is None else None
+            row, score_seconds = timed(scorer.row, stage.index, chosen, diagonal)
             entry, seconds = stage_entry(out, plan, stage, merged, {"score": score_seconds, "merge": merge_seconds})
             if probe_on:
                 if kept is None:
