@@ -84,3 +84,37 @@ def test_wrong_options_for_sequences_are_one_line(sequences, args, words):
     result = CliRunner().invoke(app, ["compare", str(sequences), *args])
     assert result.exit_code == 2, result.output
     assert words in result.output and "Traceback" not in result.output
+
+
+def test_tradeoff_plots_a_point_per_sequence_and_the_median_per_method(sequences, tmp_path):
+    """recall tradeoff of continual folders: --x main / --y sts_retained (its defaults) read as ACC and STS kept,
+    one point per finished sequence, the medians per method; --x bwt --y last the other pair."""
+    figure = tmp_path / "trade.png"
+    result = CliRunner().invoke(app, ["tradeoff", str(sequences), "--out", str(figure), "--json"])
+    assert result.exit_code == 0, result.output
+    methods = {m["method"]: m for m in json.loads(result.stdout)}
+    assert set(methods) == {"sequential", "ewc.weight=1e6", "continual.merge=recall continual.merge.clusters=4"}
+    seq, ewc = methods["sequential"], methods["ewc.weight=1e6"]
+    assert sorted((p["seed"], p["acc"], p["kept"]) for p in seq["points"]) == [(1, 0.5, 0.9), (2, 0.6, 0.9), (3, 0.7, 0.9)]
+    assert seq["median"] == [pytest.approx(0.60), pytest.approx(0.9)]
+    # the unfinished ewc/s4 (ACC 0.9) is no point: EWC's three seeds alone
+    assert len(ewc["points"]) == 3 and ewc["median"] == [pytest.approx(0.62), pytest.approx(0.95)]
+    assert "has not finished" in result.stderr and figure.stat().st_size > 1000
+
+    result = CliRunner().invoke(app, ["tradeoff", str(sequences), "--out", str(figure), "--x", "bwt", "--y", "last"])
+    assert result.exit_code == 0, result.output
+    # the last task's score is R[3][3] (write_sequence: ACC x 3 - 1.3): sequential's median 0.6 x 3 - 1.3
+    assert "sequential: n=3 median bwt=-0.2000 last=0.5000" in result.stdout
+    assert "ewc.weight=1e6: n=3 median bwt=-0.1000 last=0.5600" in result.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--x", "accuracy"], "--x accuracy: a continual sequence has acc, bwt, fwt, forgetting, last, kept"),
+    (["--within", "1"], "--within: not read for continual sequences"),
+    (["--x", "fwt"], "no finished sequence has both fwt and kept"),
+])
+def test_tradeoff_refuses_what_sequences_do_not_have_in_one_line(sequences, tmp_path, args, words):
+    figure = tmp_path / "trade.png"
+    result = CliRunner().invoke(app, ["tradeoff", str(sequences), "--out", str(figure), *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output and not figure.exists()

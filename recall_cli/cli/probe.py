@@ -84,7 +84,7 @@ def probe(
 
 
 def tradeoff(
-    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set.", show_default=False)],
+    run_dir: Annotated[list[Path], typer.Argument(help="Folders of run directories (searched recursively), e.g. a sweep's --out; several are read as one set. Folders of recall continual sequences: one point per sequence, by method (--x/--y: acc, bwt, fwt, forgetting, last, kept).", show_default=False)],
     out: Annotated[Path, typer.Option(help="Figure file: .png, .svg or .pdf.")] = Path("tradeoff.png"),
     x: Annotated[str, typer.Option(help="Task score on the x-axis: an eval metric (main, accuracy, mcc, ...).")] = "main",
     y: Annotated[str, typer.Option(help="Retained skill on the y-axis: a probe measure (sts_retained, mlm_ratio, cka, cka_debiased, drift, sts).")] = "sts_retained",
@@ -120,6 +120,13 @@ def tradeoff(
             raise ReportError("--select-on holdout chooses with --within W: give the margin, e.g. --within 1.0")
         check_level(ci)
         warn = lambda m: typer.echo(f"warning: {m}", err=True)
+        from ..report import continual
+
+        if continual.has_sequences(run_dir):  # recall continual's folders: a point per sequence, by method
+            given = {"--by": by, "--within": within, "--select-on": None if select_on == "dev" else select_on,
+                     "--mixed-devices": mixed_devices or None}
+            _tradeoff_sequences(run_dir, x, y, out, as_json, [flag for flag, value in given.items() if value], warn)
+            return
         runs = report.load_runs(run_dir, warn=warn)
         if not mixed_devices:
             check_one_device(runs, "tradeoff")
@@ -143,6 +150,26 @@ def tradeoff(
         typer.echo(f"figure: {out}", err=as_json)
 
     run_guarded(go, interrupted_hint=None)
+
+
+def _tradeoff_sequences(roots: list[Path], x: str, y: str, out: Path, as_json: bool, unused: list[str], warn) -> None:
+    """tradeoff of continual sequences (report/continual.py): a sequence's measures on the axes (--x main and
+    --y sts_retained read as ACC and STS kept), one point per sequence, the median per method."""
+    from ..report import continual
+
+    if unused:
+        raise ReportError(f"{', '.join(unused)}: not read for continual sequences (tradeoff plots one point per "
+                          "sequence, by method): drop them")
+    kx, ky = continual.tradeoff_axis(x, "--x"), continual.tradeoff_axis(y, "--y")
+    methods = continual.tradeoff_points(continual.methods_under(roots, warn=warn), kx, ky)
+    continual.tradeoff_figure(methods, kx, ky, out)
+    if as_json:
+        typer.echo(dumps_json(methods))
+    else:
+        for m in methods:
+            mx, my = m["median"]
+            typer.echo(f"{m['method']}: n={len(m['points'])} median {kx}={_num(mx)} {ky}={_num(my)}")
+    typer.echo(f"figure: {out}", err=as_json)
 
 
 def _num(value) -> str:

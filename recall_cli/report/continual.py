@@ -198,3 +198,52 @@ def csv_text(result: dict[str, Any]) -> str:
                          *((against.get(k) or {}).get("difference") for k in keys),
                          *((against.get(k) or {}).get("low") for k in keys), *((against.get(k) or {}).get("high") for k in keys)])
     return out.getvalue()
+
+
+# `recall tradeoff` of sequences: its run-level defaults (a run's main score against its STS kept) read as the
+# sequence's own pair (ACC against the original model's STS kept after the last stage).
+TRADEOFF_DEFAULTS = {"main": "acc", "sts_retained": "kept"}
+
+
+def tradeoff_axis(name: str, option: str) -> str:
+    key = TRADEOFF_DEFAULTS.get(name, name)
+    if key not in dict(MEASURES):
+        raise ReportError(f"{option} {name}: a continual sequence has {', '.join(k for k, _ in MEASURES)} "
+                          f"(e.g. --x bwt --y last): choose one of them")
+    return key
+
+
+def tradeoff_points(methods: list[Method], x: str, y: str) -> list[dict[str, Any]]:
+    """Per method (methods_under's order): one point per sequence that has both measures ({folder, seed, x, y})
+    and the medians of those points; a method with none is left out, and no point at all is an error (one line)."""
+    out = []
+    for m in methods:
+        points = [{"folder": str(s.folder), "seed": s.seed, x: s.values[x], y: s.values[y]} for s in m.sequences
+                  if s.values.get(x) is not None and s.values.get(y) is not None]
+        if points:
+            out.append({"method": m.name, "setting": dict(m.setting), "tasks": list(m.tasks), "points": points,
+                        "median": [statistics.median(p[x] for p in points), statistics.median(p[y] for p in points)]})
+    if not out:
+        hint = " (the STS kept is measured with probes on: continual.probe=true)" if "kept" in (x, y) else ""
+        raise ReportError(f"no finished sequence has both {x} and {y}{hint}: choose other axes with --x and --y")
+    return out
+
+
+def tradeoff_figure(methods: list[dict[str, Any]], x: str, y: str, out: Path, dpi: int = 150) -> Path:
+    """One colour per method: a small dot per sequence (seed), a large marker at the medians."""
+    from .plots import _pyplot, save_figure
+
+    plt = _pyplot()
+    heads = dict(MEASURES)
+    fig, ax = plt.subplots(figsize=(7.0, 5.0), layout="constrained")
+    for i, m in enumerate(methods):
+        colour = f"C{i % 10}"
+        ax.scatter([p[x] * 100 for p in m["points"]], [p[y] * 100 for p in m["points"]], s=18, alpha=0.5, color=colour)
+        ax.scatter([m["median"][0] * 100], [m["median"][1] * 100], s=90, marker="D", color=colour,
+                   edgecolors="black", label=f"{m['method']} (n={len(m['points'])})")
+    ax.set_xlabel(f"{heads[x]} (x100)")
+    ax.set_ylabel(f"{heads[y]} (x100)")
+    ax.set_title("continual sequences: one point per seed, median marked")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return save_figure(fig, plt, out, dpi)
