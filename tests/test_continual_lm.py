@@ -38,3 +38,20 @@ def test_a_causal_lm_sequence_has_row_zero_and_forward_transfer(tmp_path):
         summary = json.loads((tmp_path / "seq/stages" / run / "summary.json").read_text())
         assert m[i][i - 1] == pytest.approx(summary["final"]["main"], abs=1e-9)
     assert record["fwt"] == pytest.approx(m[1][1] - m[0][1]) and record["fwt"] == forward_transfer(m)
+    # the diagonal is each stage's own final evaluation, read back (not scored twice): exactly what the matrix's
+    # scorer gives the same last/ weights on the same rows
+    import torch
+
+    from recall_cli.model import load_checkpoint_model, load_tokenizer
+    from recall_cli.sequence.runner import plan_for, stage_recipe
+    from recall_cli.sequence.scoring import Scorer
+    from recall_cli.tasks import task_spec, task_type_for
+
+    plan = plan_for(files, [], tmp_path / "seq", seed=None, resume=False)
+    scorer, chosen = Scorer(plan, torch.device("cpu")), []
+    for stage in plan.stages:
+        trained, folder = stage_recipe(plan, stage, chosen), stage.run_dir / "last"
+        chosen.append(folder)
+        fresh = scorer.score(load_checkpoint_model(folder, task_type_for(task_spec(stage.recipe.task))), stage,
+                             load_tokenizer(str(folder)))
+        assert scorer.finetune_score(stage, trained, folder) == fresh == m[stage.index][stage.index - 1]
