@@ -99,19 +99,19 @@ def test_an_interrupted_merge_is_redone_and_a_finished_one_is_not(merged_seq, tm
 
     files, _, record = merged_seq
     out = tmp_path / "seq"
-    real = engine._write_output
+    real = engine._finish_output
     calls = []
 
-    def interrupted(source, merged, folder, card_text):
+    def interrupted(source, weights, folder, card_text):  # the second output of stage 3's merge is cut short
         calls.append(folder)
         if "03-cola" in str(folder) and len([c for c in calls if "03-cola" in str(c)]) == 2:
             raise KeyboardInterrupt
-        return real(source, merged, folder, card_text)
+        return real(source, weights, folder, card_text)
 
-    monkeypatch.setattr(engine, "_write_output", interrupted)
+    monkeypatch.setattr(engine, "_finish_output", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_continual(files, LINEAR, out)
-    monkeypatch.setattr(engine, "_write_output", real)
+    monkeypatch.setattr(engine, "_finish_output", real)
     partial = json.loads((out / "continual.json").read_text())
     assert len(partial["stages"]) == 2 and not (out / "stages/03-cola/merged").exists()
     assert (out / "stages/03-cola/summary.json").is_file()  # trained; only its merge was cut short

@@ -261,25 +261,25 @@ def test_an_output_folder_without_write_permission_is_exit_4(runs, tmp_path):
     assert result.exit_code == 4 and "(permission denied)" in one_error_line(result)
 
 
-@pytest.mark.parametrize("raised", ["oserror", "safetensors"])
-def test_a_disk_that_fills_during_the_write_is_exit_4_and_leaves_nothing(runs, tmp_path, monkeypatch, raised):
-    """What a full disk raises: an OSError naming the file, or safetensors' error with the errno in its text."""
-    from safetensors import SafetensorError
+@pytest.mark.parametrize("where", ["header", "tensor"])
+def test_a_disk_that_fills_during_the_write_is_exit_4_and_leaves_nothing(runs, tmp_path, monkeypatch, where):
+    """What a full disk raises while a merge streams its outputs (merge/writer.py): an OSError naming the file,
+    when the header is written or in the middle of a tensor's bytes; the half-written file is removed."""
+    from recall_cli.merge import writer
 
-    from recall_cli.merge import engine
+    def full(path):
+        Path(path).write_bytes(b"\0" * 1000)  # half-written, as a full disk leaves it
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    def full(tensors, filename, metadata=None):
-        Path(filename).write_bytes(b"\0" * 1000)  # half-written, as a full disk leaves it
-        if raised == "oserror":
-            raise OSError(errno.ENOSPC, "No space left on device", filename)
-        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-
-    monkeypatch.setattr(engine, "save_file", full)
+    if where == "header":
+        monkeypatch.setattr(writer._File, "__init__", lambda self, path, planned, metadata: full(path))
+    else:
+        monkeypatch.setattr(writer._File, "put", lambda self, key, tensor: full(self.path))
     out = tmp_path / "out"
     result = invoke("merge", runs["a"], runs["b"], "--out", out, "--method", "linear")
-    assert result.exit_code == 4
-    named = out / "a" / "model.safetensors" if raised == "oserror" else out
-    assert one_error_line(result) == f"error: {named}: no space left on the device: free space there, or write somewhere else"
+    assert result.exit_code == 4, result.output
+    assert one_error_line(result) == (f"error: {out / 'a' / 'model.safetensors'}: no space left on the device: "
+                                      "free space there, or write somewhere else"), result.output
     assert list(tmp_path.iterdir()) == []
 
 
