@@ -441,6 +441,7 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, mo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["corda", "osf"])
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_a_run_killed_with_sigkill_resumes_bit_for_bit(tiny_model_dir, tmp_path, monkeypatch, kind):
     """A real `recall finetune` process killed with SIGKILL after a checkpoint (no handler runs) and resumed
     ends as an uninterrupted run: the same weights, adapter/, optimizer moments and records; CorDA's

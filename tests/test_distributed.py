@@ -165,6 +165,7 @@ def test_a_data_error_under_torchrun_prints_one_line_and_exits_2(nodrop_model_di
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_two_processes_with_the_compiled_step_take_the_same_steps_as_one_eager(runs, nodrop_model_dir, tmp_path):
     """DDP with train.compile=on (plain inductor under DDP, no CUDA graphs) and length buckets: the
     same weights as the eager single process, within fp32 reordering; the record says what ran."""

@@ -398,6 +398,7 @@ def test_the_quick_start_walk_through(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_the_probes_example(tmp_path, monkeypatch):
     """docs/analysis.md's probes example, and the tables docs/commands/probe.md shows from it."""
     walk = Walk(tmp_path, monkeypatch)

@@ -109,6 +109,7 @@ def test_evaluate_agrees_with_the_recorded_eval(finished_run):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_same_seed_same_run_and_random_init_starts_far(tiny_model_dir, tmp_path):
     """RI: same architecture, the model's own initialiser, seeded; theta* stays the pretrained weights."""
     distances = []
@@ -240,6 +241,7 @@ def test_adamw_measures_distance_from_zero(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_real_minilm_on_real_rte_rows(tmp_path):
     """Integration: the packaged all-MiniLM-L6-v2, a few RecAdam steps on real RTE rows."""
     from conftest import minilm_path

@@ -90,6 +90,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_each_rank_holds_half_of_the_weights_moments_and_theta_star_and_steps_like_one_process(tmp_path):
     import torch.multiprocessing as mp
 
@@ -230,6 +231,7 @@ def config_written(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_sigterm_saves_on_every_rank_and_resume_equals_the_uninterrupted_run(runs):
     from test_preemption import _worker_pid, assert_stopped_cleanly, comparable, wait_for_step
 

@@ -86,6 +86,7 @@ def test_every_merge_takes_causal_lm_runs(runs, method, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_the_lm_anchor_keeps_next_token_distributions_nearer_theta_star(runs):
     from recall_cli.rundir import read_metrics
 
@@ -152,6 +153,7 @@ def test_a_stopped_lm_run_resumes_to_the_uninterrupted_weights_and_records(runs,
     ("dora", {"lora": {"r": 4, "use_dora": True}}, {"r": 4, "use_dora": True}),
     ("osf", {"osf": {"rank": 4}}, None),
 ])
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_the_lora_variants_and_osf_train_a_causal_lm(runs, name, model_section, adapter):
     from transformers import AutoModelForCausalLM
 

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 RECIPE = "recipes/smollm2_sst2.yaml"
 
 
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_the_package_loads_as_a_plain_causal_lm_that_saves_and_answers(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -40,6 +41,7 @@ def test_the_package_loads_as_a_plain_causal_lm_that_saves_and_answers(tmp_path)
     assert tokenizer.decode(out[0, ids.shape[1]:]).strip().startswith("Paris")
 
 
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_the_recipe_runs_a_few_steps_offline(tmp_path):
     from recall_cli.cli import app
 

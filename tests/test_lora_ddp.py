@@ -466,6 +466,7 @@ def ddp_recipe(model_dir: Path, out: Path, batch_size: int, case: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(DDP_CASES))
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_two_processes_take_the_same_steps_as_one_under_each_method(nodrop_model_dir, tmp_path, case):
     two_dir, one_dir = tmp_path / "two", tmp_path / "one"
     two = write_recipe(tmp_path / "two.yaml", ddp_recipe(nodrop_model_dir, two_dir, 4, case))

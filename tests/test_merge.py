@@ -186,6 +186,7 @@ def test_ties_matches_a_hand_computed_example(runs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_chunked_ties_equals_the_formula_on_all_n_vectors_at_once(runs):
     """The engine fuses TIES in row chunks after a per-model threshold pass; with a tiny chunk every
     tensor spans many chunks, and the result must be the formula on the stacked whole task vectors."""

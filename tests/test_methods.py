@@ -606,6 +606,7 @@ def test_under_lp_ft_the_anchor_follows_recadams_pull_as_recadam_applies_it(tiny
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_on_minilm_a_strong_anchor_keeps_more_of_the_sts_skill(tmp_path):
     """all-MiniLM-L6-v2, 40 steps of SST-2 (batch 16, lr 1e-4, fp32), seed 1, the STS probe on 128 pairs:
     measured before this test was written, vanilla kept 0.984 / 0.954 / 0.974 of the STS skill on seeds

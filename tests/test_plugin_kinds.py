@@ -115,6 +115,7 @@ def test_a_plugin_tracker_receives_every_record_of_a_run(tmp_path, tiny_model_di
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_a_plugin_probe_measures_in_a_run_in_recall_probe_and_in_compare(tmp_path, tiny_model_dir):
     root = install(tmp_path / "site", "norm", "recall_cli.probes", "norm")
     probe = {"probes": ["norm", "drift"], "num_texts": 24, "max_length": 32}

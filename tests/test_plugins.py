@@ -47,6 +47,7 @@ def recall(args: list[str], root: Path, cwd: Path) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_an_installed_plugin_method_trains_checks_and_shows(tmp_path, tiny_model_dir):
     root = plugin_path(tmp_path / "site")
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "run", optimizer={"name": "adamw"},

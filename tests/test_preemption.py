@@ -65,6 +65,7 @@ def assert_stopped_cleanly(run_dir: Path, stderr: str, steps: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_sigterm_saves_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
     steps = 160
     train = {"max_steps": steps, "log_every": 2, "eval_every": 40, "save_every": 0, "grad_accum": 2}
@@ -106,6 +107,7 @@ def _worker_pid(parent: int, rank: int) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(tiny_model_dir, tmp_path):
     """With dropout on, so that the resumed run equals the uninterrupted one only if each rank's
     own RNG stream was saved and restored."""

@@ -40,6 +40,7 @@ def checkpoint_step(run_dir) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_killed_run_resumes_to_identical_weights_and_metrics(tiny_model_dir, tmp_path):
     train = {"max_steps": STEPS, "save_every": 7, "log_every": 3, "eval_every": 40, "grad_accum": 2}
     optimizer = {"anneal_t0": 60, "anneal_k": 0.1}

@@ -280,6 +280,7 @@ def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_sigterm_stops_the_sweep_and_its_cells_resumably(tiny_model_dir, tmp_path):
     """A scheduler pre-empting the sweep: the running cell saves last/ and the index says interrupted."""
     import os

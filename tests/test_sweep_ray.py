@@ -268,6 +268,7 @@ def test_a_share_larger_than_the_whole_cluster_is_refused_not_left_waiting(local
 
 
 @pytest.mark.slow
+@pytest.mark.long  # minutes on 2 cores: left to make test's second step (python -m pytest -q -m long)
 def test_a_ray_sweep_under_a_long_tmpdir_runs_says_which_cell_failed_and_resumes(tiny_model_dir, tmp_path):
     """TMPDIR of 70+ characters: Ray's socket paths under it passed 107 bytes (exit 1); the local Ray now keeps them
     in /tmp/ray. A cell that fails under Ray (its data unreadable) is named with its exit code; the sweep run again
