@@ -228,31 +228,29 @@ def _vocabulary(source: Source) -> dict[str, int]:
         raise MergeError(str(exc)) from None
 
 
-def read_tensors(files: dict[str, Path], keys: list[str]) -> dict[str, torch.Tensor]:
-    """The tensors ``keys`` (file keys), each file opened once and closed after."""
+def _each_key(files: dict[str, Path], keys: list[str]) -> Iterator[tuple[Any, str]]:
+    """(the open file, key) for each of ``keys`` (file keys), each file opened once and closed after."""
     by_file: dict[Path, list[str]] = defaultdict(list)
     for key in keys:
         by_file[files[key]].append(key)
-    out = {}
     for file, wanted in by_file.items():
         with _opened(file) as f:
             for key in wanted:
-                out[key] = f.get_tensor(key)
-    return out
+                yield f, key
+
+
+def read_tensors(files: dict[str, Path], keys: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors ``keys`` (file keys)."""
+    return {key: f.get_tensor(key) for f, key in _each_key(files, keys)}
 
 
 def tensor_specs(files: dict[str, Path], keys: list[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each of ``keys``' (safetensors dtype name, shape), from the files' headers: no tensor is read."""
-    by_file: dict[Path, list[str]] = defaultdict(list)
-    for key in keys:
-        by_file[files[key]].append(key)
-    out = {}
-    for file, wanted in by_file.items():
-        with _opened(file) as f:
-            for key in wanted:
-                piece = f.get_slice(key)
-                out[key] = (piece.get_dtype(), tuple(piece.get_shape()))
-    return out
+    specs = {}
+    for f, key in _each_key(files, keys):
+        piece = f.get_slice(key)
+        specs[key] = (piece.get_dtype(), tuple(piece.get_shape()))
+    return specs
 
 
 def read_tensor(source: Source, name: str) -> torch.Tensor:

@@ -91,6 +91,11 @@ class Method:
         """The start line's, summary.json's and the card's words for it on ``recipe``."""
         return self.words(self.strength(recipe.flat()))
 
+    def settings(self, recipe: Any) -> Any:
+        """A plugin's section on ``recipe`` as its :attr:`config` dataclass: the defaults (off) where the recipe
+        has none."""
+        return recipe.plugins.get(self.section) or self.config()
+
     def summary(self, recipe: Any) -> dict[str, Any]:
         """What summary.json's "method" block records of its settings (merged into the block)."""
         if self.section is None:

@@ -31,10 +31,6 @@ class EwcConfig:
     previous: str | None = None  # the previous stage's run directory (recall continual sets it)
 
 
-def _cfg(recipe: Any) -> EwcConfig:
-    return recipe.plugins.get("ewc") or EwcConfig()
-
-
 class ElasticWeightConsolidation(Method):
     name = "ewc"
     label = "EWC"
@@ -48,11 +44,11 @@ class ElasticWeightConsolidation(Method):
     config = EwcConfig
 
     def describe(self, recipe: Any) -> str:
-        e = _cfg(recipe)
+        e = self.settings(recipe)
         return f"EWC {e.weight:g} (Fisher of {e.samples} rows" + (f", gamma {e.gamma:g})" if e.gamma != 1 else ")")
 
     def check(self, recipe: Any) -> list[str]:
-        e, problems = _cfg(recipe), []
+        e, problems = self.settings(recipe), []
         if e.weight < 0:
             problems.append(f"ewc.weight: lambda must be >= 0 (0 = off), got {e.weight}")
         if e.samples < 1:
@@ -66,7 +62,7 @@ class ElasticWeightConsolidation(Method):
     def check_inputs(self, recipe: Any, config: Any) -> list[str]:
         from ..stages import problem
 
-        e = _cfg(recipe)
+        e = self.settings(recipe)
         if e.previous is None:
             return ["ewc.previous: EWC keeps what the previous stage learned: run it as a later stage of `recall "
                     "continual`, or set ewc.previous=RUN_DIR of the run this one starts from"]
@@ -80,7 +76,7 @@ class ElasticWeightConsolidation(Method):
     def start(self, run: Any) -> MethodRun:
         from .fisher import EwcPenalty, fisher_for
 
-        e = _cfg(run.recipe)
+        e = self.settings(run.recipe)
         run.reporter.note(f"EWC: the Fisher of {e.samples} training rows of {e.previous}…")
         fisher, seconds, computed = fisher_for(e.previous, run.recipe.model.name_or_path, e.samples, e.gamma,
                                                run.tokenizer, run.device, run.pad_id)

@@ -79,7 +79,8 @@ def fisher_for(previous: str, start_from: str, samples: int, gamma: float, token
         model = load_checkpoint_model(stage.checkpoint, stage.kind)
         fisher = compute_fisher(model, features, stage.kind, rows, pad_id, device)
     # online EWC: the stage before carries its own (already accumulated) Fisher
-    before = (stage.recipe.plugins.get("ewc").previous if stage.recipe.plugins.get("ewc") is not None else None)
+    settings = stage.recipe.plugins.get("ewc")  # the previous stage's own ewc section (absent: EWC was off there)
+    before = settings.previous if settings is not None else None
     earlier = _read(Path(before) / FISHER_FILE) if before else None
     if earlier is not None:
         for k, v in earlier[0].items():

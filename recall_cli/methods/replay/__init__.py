@@ -32,10 +32,6 @@ class ReplayConfig:
     previous: list[str] | None = None  # the earlier stages' run directories (recall continual sets them)
 
 
-def _cfg(recipe: Any) -> ReplayConfig:
-    return recipe.plugins.get("replay") or ReplayConfig()
-
-
 class Replay(Method):
     name = "replay"
     label = "replay"
@@ -49,11 +45,11 @@ class Replay(Method):
     config = ReplayConfig
 
     def describe(self, recipe: Any) -> str:
-        r = _cfg(recipe)
+        r = self.settings(recipe)
         return f"replay {r.rows} rows a task (ratio {r.ratio:g})"
 
     def check(self, recipe: Any) -> list[str]:
-        r, problems = _cfg(recipe), []
+        r, problems = self.settings(recipe), []
         if r.rows < 0:
             problems.append(f"replay.rows: buffer rows per earlier task, >= 0 (0 = off), got {r.rows}")
         if not 0 < r.ratio < 1:
@@ -63,7 +59,7 @@ class Replay(Method):
     def check_inputs(self, recipe: Any, config: Any) -> list[str]:
         from ..stages import problem
 
-        r = _cfg(recipe)
+        r = self.settings(recipe)
         if not r.previous:
             return ["replay.previous: replay mixes in rows of earlier tasks: run it as a later stage of `recall "
                     "continual`, or set replay.previous=[RUN_DIR, ...]"]
@@ -76,7 +72,7 @@ class Replay(Method):
     def start(self, run: Any) -> MethodRun:
         from .buffer import ReplayRun, build_buffer
 
-        r = _cfg(run.recipe)
+        r = self.settings(run.recipe)
         tc = run.recipe.train
         buffer = build_buffer(r, run.tokenizer, run.device, tc.seed, tc.batch_size)
         term = buffer.term(run.model, run.pad_id)
