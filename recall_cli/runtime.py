@@ -16,6 +16,8 @@ import torch
 
 from .errors import DeviceError
 
+# The dtype names recall's options take (model.dtype, recall probe/merge --dtype) -> torch dtypes.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(name: str, local_rank: int | None = None, *, option: str = "train.device") -> torch.device:

@@ -111,7 +111,9 @@ def layer_representations(folder, features, batch_size: int, device: torch.devic
     from ..model import quiet_transformers
 
     quiet_transformers()
-    weights = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    from ..runtime import DTYPES
+
+    weights = DTYPES[dtype]
     model = AutoModel.from_pretrained(str(folder), dtype=weights).to(device).eval()
     pooled = []
     with torch.no_grad():

@@ -141,20 +141,19 @@ def probe_targets(targets: list[str], *, against: str | None = None, probes: lis
     return [results[t.name] for t in resolved]
 
 
-_PROBE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # names: torch loads with a model
-
-
 def probe_dtype(name: str, device: torch.device) -> torch.dtype:
     """--dtype's torch dtype, refused (ProbeError, exit 2) where the device has none of it."""
     import torch
 
-    if name not in _PROBE_DTYPES:
+    from ..runtime import DTYPES
+
+    if name not in DTYPES:
         raise ProbeError(f"--dtype {name}: use fp32, bf16 or fp16")
     if name == "fp16" and device.type != "cuda":
         raise ProbeError("--dtype fp16 needs a CUDA device (on a CPU use --dtype bf16 or fp32)")
     if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ProbeError(f"--dtype bf16: {torch.cuda.get_device_name(device)} has no bfloat16 (use --dtype fp16 or fp32)")
-    return getattr(torch, _PROBE_DTYPES[name])
+    return DTYPES[name]
 
 
 def theta_star_prober(theta_star: str, probes: list[str], inputs, tokenizer, device: torch.device, *, max_length: int,

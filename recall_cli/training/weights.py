@@ -12,9 +12,8 @@ import torch
 from ..errors import PreflightError
 from ..model import GGUF_SUFFIX, model_location, resolve_name_or_path
 from ..recipe import ModelConfig
+from ..runtime import DTYPES  # model.dtype's names ("auto": the checkpoint's own, weight_dtype)
 
-# model.dtype's names -> torch dtypes; "auto" is the checkpoint's own (weight_dtype).
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _GGUF_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
 
 
