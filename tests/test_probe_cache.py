@@ -155,9 +155,12 @@ def test_an_unwritable_cache_is_one_note_and_the_probe_goes_on(mlm_bert, tmp_pat
 def test_a_plugin_probes_side_is_never_cached(mlm_bert, monkeypatch):
     from recall_cli.plugins.probes import probes
 
-    monkeypatch.setattr(type(probes()["drift"]), "cacheable", False)
-    encoder_prober(mlm_bert, probes=["cka", "drift"])
+    with monkeypatch.context() as patch:
+        patch.setattr(type(probes()["drift"]), "cacheable", False)
+        encoder_prober(mlm_bert, probes=["cka", "drift"])
     assert entries() == []
+    encoder_prober(mlm_bert, probes=["cka", "drift"])  # the same probes, all recall's own: their side is kept
+    assert len(entries()) == 1
 
 
 def test_theta_star_itself_takes_theta_stars_side_without_a_forward(mlm_bert):
