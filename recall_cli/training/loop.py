@@ -56,7 +56,12 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
         prepared = prepare(recipe, ctx, Start.of(resume=resume, overwrite=overwrite), reporter)
         ctx.init(prepared.device)
         try:  # a failure between creating the run directory and the first step puts it back as it was
-            return run(set_up(prepared, reporter, new_dir), reporter, new_dir)
+            summary = run(set_up(prepared, reporter, new_dir), reporter, new_dir)
+            # Gloo's barrier waits for every rank's queued work first: a rank whose group is torn down while
+            # work of its own is still queued (FSDP's last gathers) can abort at exit, after the run was done
+            # (SIGABRT, "terminate called without an active exception", seen once in CI).
+            ctx.barrier()
+            return summary
         except BaseException:
             new_dir.rollback()  # nothing once the first step has committed it
             raise
