@@ -57,10 +57,7 @@ def finetune(recipe: Recipe, *, resume: bool = False, overwrite: bool = False, r
         ctx.init(prepared.device)
         try:  # a failure between creating the run directory and the first step puts it back as it was
             summary = run(set_up(prepared, reporter, new_dir), reporter, new_dir)
-            # Gloo's barrier waits for every rank's queued work first: a rank whose group is torn down while
-            # work of its own is still queued (FSDP's last gathers) can abort at exit, after the run was done
-            # (SIGABRT, "terminate called without an active exception", seen once in CI).
-            ctx.barrier()
+            ctx.barrier()  # gloo's waits for queued work: a group torn down under it once aborted a done run (CI)
             return summary
         except BaseException:
             new_dir.rollback()  # nothing once the first step has committed it
