@@ -66,7 +66,9 @@ def sweep(
     recipe: Annotated[Path, typer.Argument(help="Recipe YAML file shared by every cell.", show_default=False)],
     overrides: Annotated[
         Optional[list[str]],
-        typer.Argument(help="Dotted KEY=VALUE overrides for every cell, as in recall finetune.", show_default=False),
+        typer.Argument(help="Dotted KEY=VALUE overrides for every cell, as in recall finetune. More recipe files "
+                            "(STAGE2.yaml STAGE3.yaml, before the overrides) make each cell a `recall continual` "
+                            "sequence of RECIPE then them, scored by its ACC.", show_default=False),
     ] = None,
     grid: Annotated[
         Optional[list[str]],
@@ -82,7 +84,8 @@ def sweep(
     gpus_per_cell: Annotated[float, typer.Option(help="--backend ray: GPUs each cell asks for; 0.25 packs four cells on a GPU.")] = 0.0,
     cpus_per_cell: Annotated[float, typer.Option(help="--backend ray: CPUs each cell asks for (its OMP_NUM_THREADS too).")] = 1.0,
 ) -> None:
-    """Run a grid of recall finetune runs x seeds; re-running skips finished cells and resumes interrupted ones."""
+    """Run a grid of recall finetune runs (or, given several recipes, of recall continual sequences) x seeds;
+    re-running skips finished cells and resumes interrupted ones."""
 
     def go() -> None:
         from ..errors import Terminated
@@ -100,7 +103,9 @@ def sweep(
                      "--cpus-per-cell and --gpus-per-cell let fit", ExitCode.USAGE)
         elif address is not None or gpus_per_cell or cpus_per_cell != 1.0:
             fail("--address, --gpus-per-cell and --cpus-per-cell are for --backend ray: add it, or drop them", ExitCode.USAGE)
-        plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), list(overrides or []), target)
+        stages = [Path(o) for o in overrides or [] if "=" not in o]  # a sweep of sequences, as recall continual reads them
+        plan = plan_sweep(recipe, list(grid or []), parse_seeds(seeds), [o for o in overrides or [] if "=" in o], target,
+                          stages=stages)
         if print_commands:
             lines = commands(plan)
             skipped = len(plan.cells) - len(lines)

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
+from ..rundir import CONTINUAL_FILE
 from .intervals import LEVEL, paired_interval
 
-RECORD = "continual.json"  # sequence/plan.py's CONTINUAL_FILE: the format is public, read here as JSON
+RECORD = CONTINUAL_FILE
 # (key in the row, its heading); every value is a fraction of the main score (x 100 when shown).
 MEASURES = (("acc", "ACC"), ("bwt", "BWT"), ("fwt", "FWT"), ("forgetting", "forgetting"), ("last", "last task"),
             ("kept", "STS kept"))

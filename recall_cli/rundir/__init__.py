@@ -21,6 +21,7 @@ The package's rooms, one concern each (everything is importable from ``recall_cl
     writing.py    strict JSON; the one way anything is written (staged, then renamed into place)
     metrics.py    metrics.jsonl, read back checked
     summary.py    summary.json, every layout since 0.1
+    continual.py  continual.json, a sequence's record (recall continual)
     lifecycle.py  a new run directory, its writer's lock, what --resume may continue, train.save=final
 
 """
@@ -30,6 +31,7 @@ from .layout import (
     BEST_DIR,
     CHECKPOINTS_DIR,
     CONFIG_FILE,
+    CONTINUAL_FILE,
     LAST_DIR,
     LP_DIR,
     Located,
@@ -66,6 +68,7 @@ from .metrics import (
     truncate_metrics,
     write_metrics,
 )
+from .continual import read_continual
 from .summary import (
     Summary,
     read_summary,
@@ -77,6 +80,7 @@ from .lifecycle import (
     NewRunDir,
     RunLock,
     output_lock,
+    output_lock_path,
     check_new_run_dir,
     keep_final,
     remove_stale_staging,
@@ -88,6 +92,7 @@ __all__ = [
     "BEST_DIR",
     "CHECKPOINTS_DIR",
     "CONFIG_FILE",
+    "CONTINUAL_FILE",
     "LAST_DIR",
     "LOCK_FILE",
     "LP_DIR",
@@ -100,7 +105,7 @@ __all__ = [
     "OPTIMIZER_FILE",
     "RECORD_SECTION",
     "RNG_FILE",
-    "RunLock", "output_lock",
+    "RunLock", "output_lock", "output_lock_path",
     "SOURCE_RECIPE_FILE",
     "START_FILE",
     "SUMMARY_FILE",
@@ -116,6 +121,7 @@ __all__ = [
     "no_checkpoint_message",
     "read_metrics",
     "read_metrics_checked",
+    "read_continual",
     "read_summary",
     "read_summary_checked",
     "record_problem",

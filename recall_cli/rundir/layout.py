@@ -27,6 +27,7 @@ LP_DIR = "lp"  # LP-FT: the head fitted on the frozen encoder (train.linear_prob
 MODEL_CONFIG_FILE = "config.json"  # what makes a folder a save_pretrained checkpoint
 MERGE_RECORD = "merge.json"
 SWEEP_INDEX = "sweep.json"  # a sweep's index in its OUT: a run directory beside one is a sweep's cell
+CONTINUAL_FILE = "continual.json"  # a `recall continual` sequence's record in its --out (continual.py reads it)
 # A checkpoint folder outside a run (e.g. a `recall merge` output) may carry the recipe its head was
 # trained with, so that `recall evaluate FOLDER` knows the task.
 SOURCE_RECIPE_FILE = "recall_recipe.yaml"

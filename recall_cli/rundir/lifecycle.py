@@ -184,6 +184,13 @@ def lock_folder() -> Path:
     return folder
 
 
+def output_lock_path(out: Path) -> Path:
+    """The lock file of OUT's writer (output_lock), for a process that waits for that writer to let go."""
+    import hashlib
+
+    return lock_folder() / f"{hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:24]}.lock"
+
+
 @contextmanager
 def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
     """One writer of a staged output (merge --out, evaluate --record) for the command's life, so a second
@@ -191,11 +198,8 @@ def output_lock(out: Path, writer: str, other: str) -> Iterator[None]:
     the rename (or replacing it under --overwrite). The lock file is named after OUT's absolute path in
     this user's lock folder (lock_folder): OUT and its parents may not exist yet, and every writer of
     this user must find the same file."""
-    import hashlib
-
     out = Path(out)
-    name = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24]
-    lock = RunLock.take(out, path=lock_folder() / f"{name}.lock", writer=writer, other=other)
+    lock = RunLock.take(out, path=output_lock_path(out), writer=writer, other=other)
     try:
         remove_stale_output_staging(out)
         yield

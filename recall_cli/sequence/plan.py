@@ -26,7 +26,6 @@ MERGES = ("none", "recall", "linear", "ties")
 THETA_STARS = ("previous", "original")
 DEFAULTS: dict[str, Any] = {"weights": "last", "probe": None, "merge": "none", "theta_star": "previous"}
 STAGES_DIR = "stages"
-CONTINUAL_FILE = "continual.json"
 MATRIX_PNG = "matrix.png"
 
 

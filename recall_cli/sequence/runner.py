@@ -16,33 +16,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import RunDirError
+from ..rundir import CONTINUAL_FILE, read_continual
 from .matrix import summarize
 from .merging import merge_stage, original_model
-from .plan import CONTINUAL_FILE, Plan, Stage, build_plan
+from .plan import Plan, Stage, build_plan
 
 FORMAT = 1
-
-
-def read_record(out: Path) -> dict[str, Any] | None:
-    import json
-
-    path = Path(out) / CONTINUAL_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{path} cannot be read ({exc}): it is not a continual sequence's record") from None
-    if not isinstance(data, dict) or "command" not in data or "matrix" not in data:
-        raise RunDirError(f"{path} is not a continual sequence's record (no command or matrix)")
-    return data
 
 
 def plan_for(files: list[Path], overrides: list[str], out: Path, *, seed: int | None, resume: bool) -> Plan:
     """The plan of a new sequence, or --resume's: the command continual.json recorded."""
     if not resume:
         return build_plan(files, overrides, out, seed)
-    record = read_record(out)
+    record = read_continual(out)
     if record is None:
         raise RunDirError(f"{out} holds no {CONTINUAL_FILE}: nothing to resume (start it without --resume)")
     if files or overrides or seed is not None:
@@ -174,7 +160,7 @@ def run_continual(files: list[Path], overrides: list[str], out: Path, *, resume:
         if overwrite and not resume and out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
-        record = read_record(out) if resume else None
+        record = read_continual(out) if resume else None
         if record is None:
             record = {"format": FORMAT, "command": plan.command(), "tasks": [s.task for s in plan.stages],
                       "stages": [], "matrix": [None], "finished": False}

@@ -66,7 +66,6 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
     free_slots = list(range(jobs))
     running: list[_Running] = []
     finished_count = done_before
-    total = len(sweep.cells)
 
     # A scheduler's pre-emption (SIGTERM) stops the sweep like Ctrl-C; SIGINT keeps its own handling.
     with signals_raise(sigint=False):
@@ -94,9 +93,9 @@ def run_sweep(sweep: Sweep, jobs: int = 1, echo: Callable[[str], None] = print, 
                     running.remove(job)
                     free_slots.append(job.slot)
                     job.log.close()
-                    settle(job.cell, code, time.monotonic() - job.started)
+                    settle(sweep, job.cell, code, time.monotonic() - job.started)
                     finished_count += job.cell.state == FINISHED
-                    echo(outcome_line(job.cell, finished_count, total, sweep.out))
+                    echo(outcome_line(sweep, job.cell, finished_count))
                     write_index(sweep)
                 if running:
                     time.sleep(poll_s)

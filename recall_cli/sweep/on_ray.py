@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import MissingPackage, SweepError, Terminated, signals_raise
-from ..rundir import CONFIG_FILE, LOCK_FILE, read_summary
-from .plan import FAILED, FINISHED, INTERRUPTED, LOG_DIR, PENDING, Cell, Sweep, begin, now, outcome_line, settle, write_index
+from ..rundir import CONFIG_FILE, CONTINUAL_FILE, LOCK_FILE, output_lock_path
+from .plan import (FAILED, FINISHED, INTERRUPTED, LOG_DIR, PENDING, Cell, Sweep, begin, finished, now, outcome_line, settle,
+                   write_index)
 
 # A task whose worker died (its node left, an out-of-memory kill) is run again this many times; a cell
 # whose finetune *exits* non-zero is not retried: that is the cell failing, as in the local backend.
@@ -216,7 +217,7 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
         fresh = sweep.command(Cell(cell.name, cell.settings, cell.path), program)
         resume = sweep.command(Cell(cell.name, cell.settings, cell.path, resume=True), program)
         log = str(sweep.out / LOG_DIR / f"{cell.name}.log")
-        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads, niceness)] = cell
+        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads, niceness, sweep.started_file)] = cell
     resources = ", ".join(f"{v:g} {k}" for k, v in (("CPU", cpus), ("GPU", gpus)) if v)
     cluster = ray.cluster_resources()
     echo(f"sweep: {len(todo)} cells sent to Ray ({resources or 'no resources'} each); "
@@ -239,12 +240,12 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
                 if code is None:
                     cell.state, cell.exit_code, cell.seconds = FAILED, None, seconds
                 else:
-                    settle(cell, code, seconds)
+                    settle(sweep, cell, code, seconds)
                 done += cell.state == FINISHED
-                echo(outcome_line(cell, done, len(sweep.cells), sweep.out))
+                echo(outcome_line(sweep, cell, done))
                 write_index(sweep)
         except KeyboardInterrupt as stop:
-            _cancel(ray, pending)
+            _cancel(ray, sweep, pending)
             write_index(sweep)
             if signals and not isinstance(stop, Terminated):
                 raise Terminated from None  # Ray's wait re-raises the handler's Terminated as a plain KeyboardInterrupt
@@ -252,7 +253,7 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
     return [c for c in sweep.cells if c.state in (FAILED, INTERRUPTED)]
 
 
-def _cancel(ray: Any, pending: dict[Any, Cell]) -> None:
+def _cancel(ray: Any, sweep: Sweep, pending: dict[Any, Cell]) -> None:
     """Cancel the tasks still out: a running one gets KeyboardInterrupt in run_cell, which stops its child
     with SIGTERM (last/ saved); a queued one never starts. A cell that made a run directory is marked
     interrupted (the next sweep resumes it), one that did not stays pending."""
@@ -262,17 +263,17 @@ def _cancel(ray: Any, pending: dict[Any, Cell]) -> None:
     # A cancelled task reads as done at once, while its child may still be saving last/: wait for each
     # run directory's writer to let go before Ray (and the workers with it) shuts down.
     for cell in pending.values():
-        if (cell.path / CONFIG_FILE).is_file():
-            wait_for_writer(cell.path, WRITER_WAIT_S)
+        if (cell.path / sweep.started_file).is_file():
+            wait_for_writer(cell.path, WRITER_WAIT_S, sweep.started_file)
     for ref, cell in pending.items():
         try:
             code, seconds = ray.get(ref, timeout=0)
         except Exception:  # cancelled (TaskCancelledError), or not back in time
             code, seconds = None, 0.0
         if code is not None:
-            settle(cell, code, seconds)
+            settle(sweep, cell, code, seconds)
         else:
-            started = (cell.path / CONFIG_FILE).is_file()
+            started = (cell.path / sweep.started_file).is_file()
             cell.state, cell.resume = (INTERRUPTED, True) if started else (PENDING, False)
 
 
@@ -280,18 +281,17 @@ def _cancel(ray: Any, pending: dict[Any, Cell]) -> None:
 
 
 def run_cell(fresh: list[str], resume: list[str], path: str, log: str, cwd: str, threads: str,
-             niceness: int | None = None) -> tuple[int, float]:
+             niceness: int | None = None, started_file: str = CONFIG_FILE) -> tuple[int, float]:
     """One cell, in a Ray worker: start it, or resume it if a run directory is there (an earlier attempt on
     a node that left, or an interrupted sweep); returns finetune's exit code and the seconds it ran.
     ``niceness``: the driver's, which the child takes in place of its worker's (Ray starts workers at nice
     15 unless told); where lowering it needs a privilege this node does not give, the log says so."""
     run = Path(cwd) / path
-    summary = read_summary(run) if (run / CONFIG_FILE).is_file() else None
-    if summary is not None and summary.finished:
+    if finished(run, started_file == CONTINUAL_FILE)[0]:
         return 0, 0.0  # an earlier attempt finished it before its node left
-    command = resume if (run / CONFIG_FILE).is_file() else fresh
+    command = resume if (run / started_file).is_file() else fresh
     if command is resume:
-        wait_for_writer(run, WRITER_WAIT_S)
+        wait_for_writer(run, WRITER_WAIT_S, started_file)
     command = [sys.executable, *command[1:]]
     # The task's CPU share, as the local backend gives each of --jobs children theirs.
     env = {**os.environ, "OMP_NUM_THREADS": threads}
@@ -326,13 +326,15 @@ def _wait(child: subprocess.Popen) -> int:
             continue
 
 
-def wait_for_writer(run: Path, timeout: float) -> None:
-    """Wait until no process holds the run directory's lock (RunLock): the attempt this one replaces may
-    still be saving last/ after its SIGTERM. Past ``timeout`` finetune's own refusal names the holder."""
+def wait_for_writer(run: Path, timeout: float, started_file: str = CONFIG_FILE) -> None:
+    """Wait until no process holds the run directory's lock (RunLock; a sequence's, output_lock's): the attempt
+    this one replaces may still be saving last/ after its SIGTERM. Past ``timeout`` the command's own refusal
+    names the holder."""
     import fcntl
 
+    lock = output_lock_path(run) if started_file == CONTINUAL_FILE else run / LOCK_FILE
     try:
-        fd = os.open(run / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return  # no lock file: no writer
     deadline = time.monotonic() + timeout

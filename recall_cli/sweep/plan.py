@@ -1,5 +1,9 @@
 """Planning a sweep: the grid and seeds, cell names, every cell's recipe checked, the index (sweep.json),
-and what each backend shares about a cell's outcome."""
+and what each backend shares about a cell's outcome.
+
+A cell is one `recall finetune` run, or, where the sweep names several recipes (stage 1, 2, ...), one
+`recall continual` sequence of them: its folder holds continual.json instead of config.yaml, and its score
+is the sequence's ACC (the mean of the matrix's last row)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import Any, Callable
 from ..errors import STOPPED, RecipeError, SweepError
 from ..plugins.methods import key_aliases
 from ..names import CELL_PREFIXES
-from ..rundir import CONFIG_FILE, is_run_dir, read_summary, write_json_atomic
+from ..rundir import CONFIG_FILE, CONTINUAL_FILE, is_run_dir, read_continual, read_summary, write_json_atomic
 from ..rundir.layout import SWEEP_INDEX
 from ..recipe import TrainConfig, apply_overrides, flatten, load_recipe, parse_override
 from ..recipe.file import read_yaml
@@ -58,9 +62,24 @@ class Sweep:
     seeds: list[int] | None
     out: Path
     cells: list[Cell] = field(default_factory=list)
+    stages: list[Path] = field(default_factory=list)  # a sweep of sequences: the stages after ``recipe`` (stage 1)
+
+    @property
+    def continual(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def started_file(self) -> str:
+        """The file whose presence in a cell's folder means the cell began (it resumes, not restarts)."""
+        return CONTINUAL_FILE if self.continual else CONFIG_FILE
 
     def command(self, cell: Cell, program: list[str]) -> list[str]:
-        """The finetune command line for ``cell``; ``program`` is e.g. [python, -m, recall_cli] or [recall]."""
+        """The cell's command line; ``program`` is e.g. [python, -m, recall_cli] or [recall]."""
+        if self.continual:
+            if cell.resume:
+                return [*program, "continual", "--resume", "--out", str(cell.path), "--plain"]
+            return [*program, "continual", str(self.recipe), *map(str, self.stages), *self.overrides, *cell.overrides,
+                    "--out", str(cell.path), "--plain"]
         if cell.resume:
             return [*program, "finetune", "--resume", str(cell.path), "--plain"]
         return [*program, "finetune", str(self.recipe), *self.overrides, *cell.overrides,
@@ -180,8 +199,10 @@ def _recipe_seed(recipe: Path, overrides: list[str]) -> Any:
     return train.get("seed", default) if isinstance(train, dict) else default
 
 
-def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides: list[str], out: Path) -> Sweep:
-    """Expand the grid, validate every cell's recipe and look at what OUT already holds.
+def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides: list[str], out: Path,
+               stages: list[Path] | None = None) -> Sweep:
+    """Expand the grid, validate every cell's recipe and look at what OUT already holds. With ``stages``,
+    each cell is a `recall continual` sequence: ``recipe``, then ``stages``, every one checked per cell.
 
     Raises RecipeError (every problem of every cell at once) or SweepError; creates nothing.
     """
@@ -200,7 +221,7 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
             if seed is not None:
                 cell["train.seed"] = seed
             settings.append(cell)
-    sweep = Sweep(recipe, list(overrides), axes, seeds, out)
+    sweep = Sweep(recipe, list(overrides), axes, seeds, out, stages=list(stages or []))
     sweep.cells = [Cell(name, values, out / name) for name, values in zip(cell_names(settings), settings)]
 
     # Validate every cell; a problem shared by all cells (a typo in the recipe) is reported once.
@@ -209,13 +230,16 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
     source = str(recipe)
     for cell in sweep.cells:
         try:
-            resolved = load_recipe(recipe, [*overrides, *cell.overrides, f"output_dir={cell.path}"])
+            if sweep.continual:
+                problem = _check_sequence(sweep, cell)
+            else:
+                resolved = load_recipe(recipe, [*overrides, *cell.overrides, f"output_dir={cell.path}"])
+                problem = _check_existing(cell, resolved.to_dict())
         except RecipeError as exc:
             source = exc.source
             for problem in exc.problems:
                 problems.setdefault(problem, []).append(cell.name)
             continue
-        problem = _check_existing(cell, resolved.to_dict())
         if problem:
             existing.append(problem)
     if problems:
@@ -232,6 +256,31 @@ def plan_sweep(recipe: Path, grid: list[str], seeds: list[int] | None, overrides
     return sweep
 
 
+def _check_sequence(sweep: Sweep, cell: Cell) -> str | None:
+    """A sequence cell's stages built and checked as `recall continual` checks them (RecipeError), and its
+    state from its folder; a problem if the folder holds something else."""
+    from ..sequence.plan import build_plan
+
+    plan = build_plan([sweep.recipe, *sweep.stages], [*sweep.overrides, *cell.overrides], cell.path, None)
+    path = cell.path
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return None
+    record = read_continual(path) if path.is_dir() else None
+    if record is None:
+        return f"{path} exists and holds no {CONTINUAL_FILE}: move it away or choose another --out"
+    wanted, saved = plan.command(), record.get("command", {})
+    differ = [k for k in sorted(set(wanted) | set(saved)) if wanted.get(k) != saved.get(k)]
+    if differ:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} now" for k in differ[:3])
+        return (f"{path} holds a sequence with other settings ({shown}): choose another --out, "
+                "or delete the folder to run the cell again")
+    if record.get("finished"):
+        cell.state, cell.main = FINISHED, record.get("acc")
+    else:
+        cell.resume = True
+    return None
+
+
 def preflight_first_cell(sweep: Sweep) -> None:
     """The first cell still to start, checked as `recall finetune --dry-run` checks a run (the hub, the
     data, the model, the output folder), before any cell starts or OUT is made: a problem the cells
@@ -246,7 +295,12 @@ def preflight_first_cell(sweep: Sweep) -> None:
     from ..training.setup import Start, prepare
 
     cell = fresh[0]
-    recipe = load_recipe(sweep.recipe, [*sweep.overrides, *cell.overrides, f"output_dir={cell.path}"])
+    if sweep.continual:  # stage 1 as `recall continual` runs it; the later stages start from its weights
+        from ..sequence.plan import build_plan
+
+        recipe = build_plan([sweep.recipe, *sweep.stages], [*sweep.overrides, *cell.overrides], cell.path, None).stages[0].recipe
+    else:
+        recipe = load_recipe(sweep.recipe, [*sweep.overrides, *cell.overrides, f"output_dir={cell.path}"])
     check_hub(recipe.model.name_or_path, recipe.task.name, recipe.task.data_dir, what=f"the sweep's cell {cell.name}")
     checks = prepare(recipe, Distributed(), Start.NEW, Reporter(), dry_run=True).checks
     checks.raise_on_failure()
@@ -307,6 +361,7 @@ def write_index(sweep: Sweep, extra: dict[str, dict[str, Any]] | None = None) ->
     extra = extra or {}
     index = {
         "recipe": str(sweep.recipe),
+        **({"stages": [str(sweep.recipe), *map(str, sweep.stages)]} if sweep.continual else {}),
         "overrides": sweep.overrides,
         "grid": {axis.key: list(axis.values) for axis in sweep.axes},
         "seeds": sweep.seeds,
@@ -346,19 +401,28 @@ def print_commands(sweep: Sweep, program: list[str] | None = None) -> list[str]:
     return [shlex.join(sweep.command(c, program)) for c in sweep.cells if c.state != FINISHED]
 
 
-def settle(cell: Cell, code: int, seconds: float) -> None:
+def finished(path: Path, continual: bool) -> tuple[bool, float | None]:
+    """(whether the cell in ``path`` finished, its score: a run's final main score, a sequence's ACC)."""
+    if continual:
+        record = read_continual(path)
+        return bool(record and record.get("finished")), (record or {}).get("acc")
+    summary = read_summary(path) if (path / CONFIG_FILE).is_file() else None
+    return bool(summary and summary.finished), summary.final_main if summary is not None else None
+
+
+def settle(sweep: Sweep, cell: Cell, code: int, seconds: float) -> None:
     """A cell's process ended with ``code``: its state, time and score (either backend)."""
     cell.exit_code, cell.seconds = code, seconds
-    summary = read_summary(cell.path) if code == 0 else None
-    cell.main = summary.final_main if summary is not None else None
+    cell.main = finished(cell.path, sweep.continual)[1] if code == 0 else None
     cell.state = FINISHED if code == 0 else (INTERRUPTED if code in STOPPED else FAILED)
-    cell.resume = cell.state != FINISHED and (cell.path / CONFIG_FILE).is_file()
+    cell.resume = cell.state != FINISHED and (cell.path / sweep.started_file).is_file()
 
 
-def outcome_line(cell: Cell, done: int, total: int, out: Path) -> str:
-    log = out / LOG_DIR / f"{cell.name}.log"
-    result = f"main={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {cell.exit_code}, see {log}"
-    return f"sweep: [{done}/{total}] {cell.name} {cell.state} in {cell.seconds or 0:.1f}s ({result})"
+def outcome_line(sweep: Sweep, cell: Cell, done: int) -> str:
+    log = sweep.out / LOG_DIR / f"{cell.name}.log"
+    score = "acc" if sweep.continual else "main"
+    result = f"{score}={cell.main:.4f}" if isinstance(cell.main, float) else f"exit {cell.exit_code}, see {log}"
+    return f"sweep: [{done}/{len(sweep.cells)}] {cell.name} {cell.state} in {cell.seconds or 0:.1f}s ({result})"
 
 
 def begin(sweep: Sweep, echo: Callable[[str], None]) -> list[Cell]:
