@@ -176,6 +176,23 @@ def test_theta_star_itself_takes_theta_stars_side_without_a_forward(mlm_bert):
     assert computed.count > 0  # one bit off is another model
 
 
+def test_the_answer_is_kept_for_one_model_until_a_probed_weight_changes(mlm_bert, monkeypatch):
+    """The start line's estimate and step 0's measurement both ask whether the step-0 model is θ*: its weights
+    are hashed once, and again only after a probed tensor changed in place, or for another model object."""
+    import copy
+
+    prober = encoder_prober(mlm_bert, cache=False)
+    hashed = []
+    digest = prober._digest
+    monkeypatch.setattr(prober, "_digest", lambda m: hashed.append(m) or digest(m))
+    step0 = copy.deepcopy(mlm_bert)
+    assert prober.is_reference(step0) and prober.is_reference(step0) and len(hashed) == 1
+    with torch.no_grad():
+        step0.bert.encoder.layer[0].output.dense.weight[0, 0] += 1e-3  # an optimizer step's in-place update
+    assert not prober.is_reference(step0) and len(hashed) == 2
+    assert prober.is_reference(copy.deepcopy(mlm_bert)) and len(hashed) == 3  # another model is hashed anew
+
+
 def test_a_side_round_trips_through_the_file_format():
     t = torch.arange(6.0).reshape(2, 3)
     side = {"cka": [t, t + 1], "drift": t, "sts": float("nan"), "mlm": 2.5, "lm": {"nll": -math.inf, "tokens": 7,

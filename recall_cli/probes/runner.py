@@ -322,8 +322,19 @@ class Prober:
 
     def is_reference(self, model: torch.nn.Module) -> bool:
         """Whether ``model`` holds, bit for bit, the weights θ*'s side was computed from (a run's step 0 under
-        PI): its side is then θ*'s, and need not be computed again."""
-        return self.ref_digest is not None and self._digest(model) == self.ref_digest
+        PI): its side is then θ*'s, and need not be computed again. The answer is kept for this very model
+        while no probed tensor changed in place (their version counters): the start line's estimate and
+        step 0's measurement ask of the same weights, and hashing them is seconds at 7B."""
+        if self.ref_digest is None:
+            return False
+        import weakref
+
+        versions = tuple(t._version for _, t in self._probed(model))
+        kept = getattr(self, "_reference_check", None)
+        if kept is None or kept[0]() is not model or kept[1] != versions:
+            kept = (weakref.ref(model), versions, self._digest(model) == self.ref_digest)
+            self._reference_check = kept
+        return kept[2]
 
     def measure(self, model: torch.nn.Module, *, may_be_reference: bool = False) -> dict[str, Any]:
         """One record of ``model`` against θ*. ``may_be_reference``: the caller's model may be θ* itself (a run's
