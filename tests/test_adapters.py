@@ -405,6 +405,7 @@ def resume_recipe(model_dir: Path, out: Path, kind: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pissa_dora", "corda", "osf"])
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, monkeypatch, kind):
     from recall_cli.methods.lora import corda
 

@@ -243,6 +243,7 @@ def test_the_eager_check_passes_a_faithful_forward_and_names_a_wrong_one(still_m
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_compiled_run_trains_as_the_eager_one_and_records_its_compile(still_model, tmp_path):
     """One compiled and one eager run of the same recipe (buckets of 16, a partial last batch, two
     micro-batches per step): the same losses, weights and dev scores within fp32 reordering, and a

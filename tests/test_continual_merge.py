@@ -132,6 +132,7 @@ def test_an_interrupted_merge_is_redone_and_a_finished_one_is_not(merged_seq, tm
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_recall_and_ties_merge_a_sequence(tiny_model_dir, tmp_path):
     """RECALL: the merged block is the per-layer weighted sum merge.json records; TIES: theta* is the original
     model (stage 1's), as `recall merge --base` would take it."""

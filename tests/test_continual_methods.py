@@ -32,6 +32,7 @@ def layer_distance(a: Path, b: Path, fisher: dict | None = None) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_large_ewc_weight_keeps_stage_two_near_stage_one(tiny_model_dir, tmp_path):
     files = stage_files(tmp_path, tiny_model_dir, TWO, train={"max_steps": 8})
     plain = run_continual(files, [], tmp_path / "seq")

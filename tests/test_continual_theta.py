@@ -73,6 +73,7 @@ def test_theta_star_original_with_lora_is_refused_before_anything_is_written(tin
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_lora_per_stage_starts_the_next_stage_from_the_merged_adapter(tiny_model_dir, tmp_path):
     """Stage 2's starting weights (its theta*, saved at its start) = stage 1's base (the original model) + stage 1's
     adapter delta (alpha/r) B A on each adapted layer, and equal elsewhere; stage 2 trains an adapter of its own on

@@ -80,6 +80,7 @@ def test_shard_splits_a_global_batch_in_order():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
     a = load_file(str(runs["two"] / "last" / "model.safetensors"))
     b = load_file(str(runs["one"] / "last" / "model.safetensors"))
@@ -110,6 +111,7 @@ def test_two_processes_take_the_same_steps_as_one_with_the_global_batch(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_only_rank_0_writes_and_reports(runs):
     records = read_metrics(runs["two"])
     keys = [(r["step"], r["split"]) for r in records]
@@ -123,6 +125,7 @@ def test_only_rank_0_writes_and_reports(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_sharded_eval_equals_single_process_scoring_of_the_same_weights(runs):
     """The 2-process run's last eval, recomputed by `recall evaluate` in one process from last/."""
     final = [r for r in read_metrics(runs["two"]) if r["split"] == "eval"][-1]
@@ -133,6 +136,7 @@ def test_sharded_eval_equals_single_process_scoring_of_the_same_weights(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_resume_with_another_world_size_is_refused(runs):
     result = runner.invoke(app, ["finetune", "--resume", str(runs["two"]), "--plain"])
     assert result.exit_code == 2, result.output
@@ -141,6 +145,7 @@ def test_resume_with_another_world_size_is_refused(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_data_error_under_torchrun_prints_one_line_and_exits_2(nodrop_model_dir, tmp_path):
     """The error surfaces while loading data, after the recipe was accepted: every rank meets it
     before the process group exists, so none waits for the others; rank 0 alone prints it, and the

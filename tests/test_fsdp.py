@@ -193,6 +193,7 @@ def _train(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_fsdp_takes_the_same_steps_as_one_process_with_the_global_batch(runs):
     two, one = _train(runs["two"]), _train(runs["one"])
     assert [r["step"] for r in two] == [r["step"] for r in one] == list(range(1, STEPS + 1))
@@ -210,6 +211,7 @@ def test_fsdp_takes_the_same_steps_as_one_process_with_the_global_batch(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_the_checkpoint_is_one_consolidated_folder_that_from_pretrained_opens(runs):
     from transformers import AutoModelForSequenceClassification
 

@@ -21,6 +21,7 @@ from gpu_kit import MODEL_FILES, WEIGHTS, write_stand_in  # noqa: E402
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_the_stand_in_loads_through_pkg_as_the_model_rounded_to_fp16(tmp_path):
     package = write_stand_in(tmp_path / "site")
     original = load_file(str(Path(minilm_path()) / WEIGHTS))

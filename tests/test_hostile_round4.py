@@ -314,6 +314,8 @@ def test_resuming_a_causal_lm_run_whose_config_now_names_a_classifier_task_is_on
     (4, "its weights are a pickle that torch's tensor-only reader cannot read (Unsupported operand 149)"),
     (5, "its weights are a pickle that torch's tensor-only reader cannot read (Unsupported operand 149)"),
 ])
+@pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_pickle_torch_warns_about_is_recalls_one_line_alone(tiny_model_dir, tmp_path, protocol, said):
     """torch's weights_only reader warned "Detected pickle protocol N" (two lines of its source) before recall's line."""
     folder = tmp_path / "ckpt"

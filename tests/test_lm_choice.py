@@ -152,6 +152,7 @@ def test_a_recipe_naming_a_missing_items_file_is_refused_before_training(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_run_records_the_choice_probe_at_each_evaluation(tmp_path):
     model = tiny_llama_dir(tmp_path / "model")
     items = _write(tmp_path / "c.jsonl", ITEMS * 4)

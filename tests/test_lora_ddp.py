@@ -163,6 +163,7 @@ def test_lora_checkpoints_are_plain_and_the_adapter_computes_the_same_logits(lor
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_lora_checkpoints_load_where_peft_cannot_be_imported(lora_run):
     """best/ and last/ open with transformers alone: a process where `import peft` fails loads both."""
     code = (
@@ -339,6 +340,7 @@ def uninterrupted_lora(tiny_model_dir, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stop, anchor", [(4, False), (5, False), (5, True)])  # at a checkpoint; one step past it
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_lora_run_resumed_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_path, uninterrupted_lora, stop, anchor):
     recipe = resume_recipe(tiny_model_dir, tmp_path / "stopped", anchor)
     with pytest.raises(KeyboardInterrupt):

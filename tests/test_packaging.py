@@ -28,6 +28,7 @@ def test_the_distribution_name_is_recalls_own_everywhere():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_wheel_and_sdist_build_and_the_wheel_installs_into_a_fresh_venv(tmp_path):
     pytest.importorskip("build", reason="the dev extra installs build")
     dist = tmp_path / "dist"

@@ -47,6 +47,7 @@ def test_the_page_names_every_kind_s_group():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_plugin_task_type_trains_on_a_user_s_file(tmp_path, tiny_model_dir):
     root = install(tmp_path / "site", "shouting", "recall_cli.tasks", "shouting")
     rows = [("a fine film", "1"), ("a dull film", "0"), ("great fun", "1"), ("sadly boring", "0")] * 6
@@ -72,6 +73,7 @@ def test_a_plugin_task_type_trains_on_a_user_s_file(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_plugin_merge_method_merges_with_its_own_option(tmp_path, tiny_model_dir):
     root = install(tmp_path / "site", "pull", "recall_cli.merge", "pull")
     a, b = make_run(tmp_path, "a", tiny_model_dir, 1), make_run(tmp_path, "b", tiny_model_dir, 2)
@@ -97,6 +99,7 @@ def test_a_plugin_merge_method_merges_with_its_own_option(tmp_path, tiny_model_d
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_plugin_tracker_receives_every_record_of_a_run(tmp_path, tiny_model_dir):
     root = install(tmp_path / "site", "lines", "recall_cli.trackers", "lines")
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "run", optimizer={"name": "adamw"},

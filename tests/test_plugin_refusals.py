@@ -238,6 +238,7 @@ def test_a_good_plugin_term_passes_through_unchanged(install):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_run_whose_plugin_term_returns_a_float_ends_in_one_line(tmp_path, tiny_model_dir):
     root = plugin_path(tmp_path / "site")
     source = (root / "recall_shrink_plugin.py").read_text(encoding="utf-8")

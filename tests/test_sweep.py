@@ -145,6 +145,7 @@ CELLS = ["k0.1_s1", "k0.1_s2", "k1_s1", "k1_s2"]
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_sweep_runs_every_cell_and_indexes_it(real_sweep):
     _, out, _, result = real_sweep
     index = json.loads((out / "sweep.json").read_text())
@@ -164,6 +165,7 @@ def test_sweep_runs_every_cell_and_indexes_it(real_sweep):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_compare_aggregates_the_real_sweep(real_sweep):
     _, out, _, _ = real_sweep
     finals = {name: json.loads((out / name / "summary.json").read_text())["final"]["main"] for name in CELLS}
@@ -181,6 +183,7 @@ def test_compare_aggregates_the_real_sweep(real_sweep):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_forgetting_figure_of_the_real_sweep(real_sweep, tiny_model_dir, tmp_path, monkeypatch):
     """The figure's curves are the sweep's records: one per k (its 2 seeds pooled) on each of the three
     panels, each the median over the seeds of what the runs logged at each step."""
@@ -228,6 +231,7 @@ def test_forgetting_figure_of_the_real_sweep(real_sweep, tiny_model_dir, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
     recipe, out, args, _ = real_sweep
     logs = {name: (out / "logs" / f"{name}.log").read_text() for name in CELLS}
@@ -259,6 +263,7 @@ def test_rerun_skips_finished_cells_and_resumes_interrupted_ones(real_sweep):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_failing_cell_fails_the_sweep_and_is_recorded(tiny_model_dir, tmp_path):
     broken = tmp_path / "broken_model"
     broken.mkdir()
