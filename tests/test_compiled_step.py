@@ -274,6 +274,7 @@ def test_a_compiled_run_trains_as_the_eager_one_and_records_its_compile(still_mo
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_compiled_run_stopped_by_sigterm_resumes_to_the_uninterrupted_one(still_model, tmp_path, monkeypatch):
     recipe = lambda name: write_recipe(tmp_path / f"{name}.yaml", sst2_recipe(  # noqa: E731
         still_model, tmp_path / name, train={"compile": "on", "max_steps": 8, "log_every": 2, "save_every": 4}))

@@ -224,6 +224,7 @@ def test_a_plugins_teacher_is_in_preflights_memory_at_its_measured_size(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_run_whose_method_is_not_installed_is_named_so_by_every_report(tmp_path, tiny_model_dir, monkeypatch):
     """Runs made with the docs' logit_kd plugin, read where it is not installed: compare and tradeoff name the
     setting "method 'logit_kd' (not installed)" (never vanilla fine-tuning); evaluate and sweep, which must

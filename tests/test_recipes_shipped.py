@@ -362,6 +362,7 @@ def test_optimizer_adamw_alone_makes_any_shipped_recipe_its_vanilla_baseline(pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in SHIPPED if load_recipe_name(p) in LOCAL_GLUE], ids=lambda p: p.name)
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_adamw_dry_run_of_every_shipped_recipe_with_local_data(path, tmp_path):
     task = load_recipe_name(path)
     from recall_cli.cli import app

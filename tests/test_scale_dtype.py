@@ -92,6 +92,8 @@ def test_model_dtype_loads_the_weights_in_it_and_auto_reads_the_checkpoint(tmp_p
     assert weight_dtype(load_recipe_dict(tiny_recipe(fp32_dir, tmp_path / "r", model={"dtype": "auto"})).model) == torch.float32
 
 
+@pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_quantized_gguf_reads_as_fp32_under_auto():
     pytest.importorskip("gguf")
     from recall_cli.model import resolve_name_or_path

@@ -47,6 +47,7 @@ def _join(site: Path, low: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_join_twice_on_a_warm_machine_keeps_the_joined_weights(tmp_path):
     source = _weights()
     site, lows = _kit(tmp_path, *split(source), digest(source))

@@ -13,6 +13,7 @@ import pytest
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_a_signal_ends_the_session(tmp_path, sig, code):
     mark = tmp_path / "ran"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/signal_target.py"],

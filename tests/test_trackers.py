@@ -247,6 +247,7 @@ class CrashAt(Reporter):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # left to make test's second step (-m long): the default run stays under 10 minutes (issue 53)
 def test_resumed_run_continues_the_same_tracker_runs_without_a_step_twice(stores, tiny_model_dir):
     train = {"max_steps": 8, "log_every": 2, "eval_every": 4, "save_every": 4, "report_to": ALL}
     path = write_recipe(stores / "resumed.yaml", tiny_recipe(tiny_model_dir, stores / "resumed", train=train,
