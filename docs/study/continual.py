@@ -126,7 +126,7 @@ def tables(found: dict[str, dict[int, dict]]) -> str:
             continue
         lines.append(f"| {LABELS[method]} | {paired(by_seed, base, lambda r: r['acc'])} | {paired(by_seed, base, lambda r: r['bwt'])} | "
                      f"{paired(by_seed, base, lambda r: r['matrix'][-1][-1])} | {paired(by_seed, base, kept)} |")
-    lines += ["", "The matrices (seed 1; R[i][j] x 100, row i: after stage i, column j: task j under its own head):", ""]
+    lines += ["", "The matrices (seed 1; `R[i][j]` x 100, row i: after stage i, column j: task j under its own head):", ""]
     for method, by_seed in found.items():
         r = by_seed.get(min(by_seed))
         lines += [f"**{LABELS[method]}** (seed {min(by_seed)})", "", "| after | " + " | ".join(r["tasks"]) + " |",
