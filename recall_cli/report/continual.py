@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReportError
-from ..rundir import CONTINUAL_FILE
+from ..rundir import CONTINUAL_FILE, SEQUENCE_DEFAULTS
 from .intervals import LEVEL, paired_interval
 
 RECORD = CONTINUAL_FILE
@@ -28,7 +28,7 @@ RECORD = CONTINUAL_FILE
 MEASURES = (("acc", "ACC"), ("bwt", "BWT"), ("fwt", "FWT"), ("forgetting", "forgetting"), ("last", "last task"),
             ("kept", "STS kept"))
 SIGNED = {"bwt", "fwt"}
-DEFAULTS = {"weights": "last", "merge": "none", "theta_star": "previous"}  # sequence/plan.py's, probe aside
+DEFAULTS = {k: v for k, v in SEQUENCE_DEFAULTS.items() if k != "probe"}  # whether it probed is no method
 
 
 @dataclass

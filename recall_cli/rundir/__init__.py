@@ -68,7 +68,7 @@ from .metrics import (
     truncate_metrics,
     write_metrics,
 )
-from .continual import read_continual
+from .continual import SEQUENCE_DEFAULTS, read_continual
 from .summary import (
     Summary,
     read_summary,
@@ -106,6 +106,7 @@ __all__ = [
     "RECORD_SECTION",
     "RNG_FILE",
     "RunLock", "output_lock", "output_lock_path",
+    "SEQUENCE_DEFAULTS",
     "SOURCE_RECIPE_FILE",
     "START_FILE",
     "SUMMARY_FILE",

@@ -10,6 +10,10 @@ from typing import Any
 from ..errors import RunDirError
 from .layout import CONTINUAL_FILE
 
+# The sequence's own keys (continual.KEY on the command line) and their defaults, as the record's command keeps
+# them: sequence/plan.py checks them, the reports name a sequence's method by the ones set away from these.
+SEQUENCE_DEFAULTS: dict[str, Any] = {"weights": "last", "probe": None, "merge": "none", "theta_star": "previous"}
+
 
 def read_continual(out: str | Path) -> dict[str, Any] | None:
     """The record in ``out``; None where there is none; RunDirError (one line) where it is not one."""

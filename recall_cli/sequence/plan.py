@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecallError, RecipeError
+from ..rundir import SEQUENCE_DEFAULTS
 
 # The sequence's own keys (given on the command line as continual.KEY=VALUE), with their defaults.
 WEIGHTS = ("last", "best")
 MERGES = ("none", "recall", "linear", "ties")
 THETA_STARS = ("previous", "original")
-DEFAULTS: dict[str, Any] = {"weights": "last", "probe": None, "merge": "none", "theta_star": "previous"}
+DEFAULTS: dict[str, Any] = SEQUENCE_DEFAULTS  # continual.json's format: rundir/continual.py
 STAGES_DIR = "stages"
 MATRIX_PNG = "matrix.png"
 
