@@ -27,7 +27,9 @@ PROBE = ["continual.probe=true"]
 # Each method's overrides on every stage (theta* = the previous stage's weights: each stage starts there).
 METHODS: dict[str, list[str]] = {
     "sequential": [],
-    "recadam": ["optimizer.name=recadam"],
+    # RecAdam's anneal at the paper's t0 (250) keeps λ(t) near 0 for a whole 150-step stage, so nothing but the pull
+    # trains (recall's own warning: "try optimizer.anneal_t0=67 or less"): t0=50, set from that warning, not tuned
+    "recadam": ["optimizer.name=recadam", "optimizer.anneal_t0=50"],
     "anchor": ["keep.embeddings=1.0"],
     "ewc_1e6": ["ewc.weight=1e6", "ewc.samples=64"],
     "ewc_1e8": ["ewc.weight=1e8", "ewc.samples=64"],
@@ -36,12 +38,12 @@ METHODS: dict[str, list[str]] = {
     # stage merged with the previous merge; and RecAdam held to the original model instead of the previous stage
     "lora": ["model.lora.r=8", "optimizer.lr=1e-3"],
     "recall_merge": ["continual.merge=recall"],
-    "recadam_original": ["optimizer.name=recadam", "continual.theta_star=original"],
+    "recadam_original": ["optimizer.name=recadam", "optimizer.anneal_t0=50", "continual.theta_star=original"],
 }
-LABELS = {"sequential": "sequential", "recadam": "RecAdam (θ* previous)", "anchor": "embedding anchor 1 (θ* previous)",
+LABELS = {"sequential": "sequential", "recadam": "RecAdam t0=50 (θ* previous)", "anchor": "embedding anchor 1 (θ* previous)",
           "ewc_1e6": "EWC λ=1e6", "ewc_1e8": "EWC λ=1e8", "replay": "replay 200 rows/task, ratio 0.25",
           "lora": "LoRA per stage r=8, lr 1e-3", "recall_merge": "RECALL merge after each stage",
-          "recadam_original": "RecAdam (θ* original)"}
+          "recadam_original": "RecAdam t0=50 (θ* original)"}
 BEGIN, END = "<!-- continual-study:begin -->", "<!-- continual-study:end -->"
 
 
