@@ -178,6 +178,7 @@ def test_forgetting_takes_run_folders_as_arguments_and_as_run_dir(tmp_path):
     assert not (tmp_path / "4.png").exists()
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_a_stdout_that_is_not_unicode_prints_ascii_instead_of_crashing():
     import subprocess
     import sys
@@ -191,6 +192,7 @@ def test_a_stdout_that_is_not_unicode_prints_ascii_instead_of_crashing():
 
 
 @pytest.mark.parametrize("args", [["recipes"], ["compare", "docs/study/runs/frontier"]], ids=["echo", "rich"])
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_a_closed_stdout_exits_141_in_silence(args):
     """`recall recipes | head -1`: the reader leaving is no error (no line, no traceback) and exits 141, as a
     shell reports for cat; both ways a command prints (typer.echo, rich) are covered."""

