@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recall_cli.sequence.plan import DEFAULTS as CONTINUAL_KEYS
+from recall_cli.rundir import SEQUENCE_DEFAULTS as CONTINUAL_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

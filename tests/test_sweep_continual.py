@@ -132,8 +132,8 @@ def test_a_ray_task_finds_a_sequence_finished_or_resumes_it(tmp_path):
     record = {"command": {}, "matrix": [None, {"mrpc": 0.5}], "stages": [{}], "finished": True, "acc": 0.5}
     (cell / CONTINUAL_FILE).write_text(json.dumps(record))
     log = tmp_path / "s1.log"
-    assert run_cell(fresh, resume, "s1", str(log), str(tmp_path), "1", None, CONTINUAL_FILE) == (0, 0.0)
+    assert run_cell(fresh, resume, "s1", str(log), str(tmp_path), "1", None, True) == (0, 0.0)
     assert not log.exists()
     (cell / CONTINUAL_FILE).write_text(json.dumps({**record, "finished": False}))
-    code, _ = run_cell(fresh, resume, "s1", str(log), str(tmp_path), "1", None, CONTINUAL_FILE)
+    code, _ = run_cell(fresh, resume, "s1", str(log), str(tmp_path), "1", None, True)
     assert code == 0 and "ran resume" in log.read_text() and "ran fresh" not in log.read_text()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -235,6 +236,7 @@ class Prober:
         # θ*'s weights as the probes read them: the cache's key, and how measure() knows θ* when it meets it
         cacheable = bool(self.entries) and all(e.cacheable for e in self.entries.values())
         self.ref_digest = self._digest(theta_star) if cacheable else None
+        self._reference_check: tuple[Any, tuple[int, ...], bool] | None = None  # is_reference's last answer
         self.ref, self.ref_seconds, self.ref_cached = self._reference_side(
             theta_star, use_cache=cache, progress=progress, note=note or self.notes.append)
 
@@ -327,10 +329,8 @@ class Prober:
         step 0's measurement ask of the same weights, and hashing them is seconds at 7B."""
         if self.ref_digest is None:
             return False
-        import weakref
-
         versions = tuple(t._version for _, t in self._probed(model))
-        kept = getattr(self, "_reference_check", None)
+        kept = self._reference_check
         if kept is None or kept[0]() is not model or kept[1] != versions:
             kept = (weakref.ref(model), versions, self._digest(model) == self.ref_digest)
             self._reference_check = kept

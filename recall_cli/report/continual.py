@@ -23,7 +23,6 @@ from ..errors import ReportError
 from ..rundir import CONTINUAL_FILE, SEQUENCE_DEFAULTS
 from .intervals import LEVEL, paired_interval
 
-RECORD = CONTINUAL_FILE
 # (key in the row, its heading); every value is a fraction of the main score (x 100 when shown).
 MEASURES = (("acc", "ACC"), ("bwt", "BWT"), ("fwt", "FWT"), ("forgetting", "forgetting"), ("last", "last task"),
             ("kept", "STS kept"))
@@ -64,11 +63,11 @@ def has_sequences(roots: Sequence[Path]) -> bool:
 
 
 def _records(root: Path):
-    if (root / RECORD).is_file():
-        yield root / RECORD
+    if (root / CONTINUAL_FILE).is_file():
+        yield root / CONTINUAL_FILE
         return
     if root.is_dir():
-        for path in sorted(root.rglob(RECORD)):
+        for path in sorted(root.rglob(CONTINUAL_FILE)):
             if "stages" not in path.relative_to(root).parts[:-1]:
                 yield path
 

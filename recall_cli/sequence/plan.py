@@ -21,11 +21,10 @@ from typing import Any
 from ..errors import RecallError, RecipeError
 from ..rundir import SEQUENCE_DEFAULTS
 
-# The sequence's own keys (given on the command line as continual.KEY=VALUE), with their defaults.
+# The values of the sequence's own keys (continual.KEY=VALUE; their defaults: rundir's SEQUENCE_DEFAULTS).
 WEIGHTS = ("last", "best")
 MERGES = ("none", "recall", "linear", "ties")
 THETA_STARS = ("previous", "original")
-DEFAULTS: dict[str, Any] = SEQUENCE_DEFAULTS  # continual.json's format: rundir/continual.py
 STAGES_DIR = "stages"
 MATRIX_PNG = "matrix.png"
 
@@ -81,7 +80,7 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], Settings, list[str
     from ..recipe.build import parse_override
     from .merging import OPTION_PREFIX, check_options
 
-    stage, values, problems, options = [], dict(DEFAULTS), [], {}
+    stage, values, problems, options = [], dict(SEQUENCE_DEFAULTS), [], {}
     for text in overrides:
         if not text.strip().startswith("continual."):
             stage.append(text)
@@ -94,8 +93,8 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], Settings, list[str
         name = key.split(".", 1)[1]
         if name.startswith(OPTION_PREFIX):  # continual.merge.NAME: the merge's own option, checked below
             options[name[len(OPTION_PREFIX):]] = value
-        elif name not in DEFAULTS:
-            problems.append(f"unknown key '{key}' (the sequence's keys: {', '.join('continual.' + k for k in DEFAULTS)})")
+        elif name not in SEQUENCE_DEFAULTS:
+            problems.append(f"unknown key '{key}' (the sequence's keys: {', '.join('continual.' + k for k in SEQUENCE_DEFAULTS)})")
         elif name == "weights" and value not in WEIGHTS:
             problems.append(f"continual.weights: last or best, got {value!r}")
         elif name == "merge" and value not in MERGES:

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import MissingPackage, SweepError, Terminated, signals_raise
-from ..rundir import CONFIG_FILE, CONTINUAL_FILE, LOCK_FILE, output_lock_path
+from ..rundir import LOCK_FILE, output_lock_path
 from .plan import (FAILED, FINISHED, INTERRUPTED, LOG_DIR, PENDING, Cell, Sweep, begin, finished, now, outcome_line, settle,
-                   write_index)
+                   started_file, write_index)
 
 # A task whose worker died (its node left, an out-of-memory kill) is run again this many times; a cell
 # whose finetune *exits* non-zero is not retried: that is the cell failing, as in the local backend.
@@ -217,7 +217,7 @@ def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: floa
         fresh = sweep.command(Cell(cell.name, cell.settings, cell.path), program)
         resume = sweep.command(Cell(cell.name, cell.settings, cell.path, resume=True), program)
         log = str(sweep.out / LOG_DIR / f"{cell.name}.log")
-        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads, niceness, sweep.started_file)] = cell
+        pending[task.remote(fresh, resume, str(cell.path), log, cwd, threads, niceness, sweep.continual)] = cell
     resources = ", ".join(f"{v:g} {k}" for k, v in (("CPU", cpus), ("GPU", gpus)) if v)
     cluster = ray.cluster_resources()
     echo(f"sweep: {len(todo)} cells sent to Ray ({resources or 'no resources'} each); "
@@ -264,7 +264,7 @@ def _cancel(ray: Any, sweep: Sweep, pending: dict[Any, Cell]) -> None:
     # run directory's writer to let go before Ray (and the workers with it) shuts down.
     for cell in pending.values():
         if (cell.path / sweep.started_file).is_file():
-            wait_for_writer(cell.path, WRITER_WAIT_S, sweep.started_file)
+            wait_for_writer(cell.path, WRITER_WAIT_S, sweep.continual)
     for ref, cell in pending.items():
         try:
             code, seconds = ray.get(ref, timeout=0)
@@ -281,17 +281,17 @@ def _cancel(ray: Any, sweep: Sweep, pending: dict[Any, Cell]) -> None:
 
 
 def run_cell(fresh: list[str], resume: list[str], path: str, log: str, cwd: str, threads: str,
-             niceness: int | None = None, started_file: str = CONFIG_FILE) -> tuple[int, float]:
+             niceness: int | None = None, continual: bool = False) -> tuple[int, float]:
     """One cell, in a Ray worker: start it, or resume it if a run directory is there (an earlier attempt on
     a node that left, or an interrupted sweep); returns finetune's exit code and the seconds it ran.
     ``niceness``: the driver's, which the child takes in place of its worker's (Ray starts workers at nice
     15 unless told); where lowering it needs a privilege this node does not give, the log says so."""
     run = Path(cwd) / path
-    if finished(run, started_file == CONTINUAL_FILE)[0]:
+    if finished(run, continual)[0]:
         return 0, 0.0  # an earlier attempt finished it before its node left
-    command = resume if (run / started_file).is_file() else fresh
+    command = resume if (run / started_file(continual)).is_file() else fresh
     if command is resume:
-        wait_for_writer(run, WRITER_WAIT_S, started_file)
+        wait_for_writer(run, WRITER_WAIT_S, continual)
     command = [sys.executable, *command[1:]]
     # The task's CPU share, as the local backend gives each of --jobs children theirs.
     env = {**os.environ, "OMP_NUM_THREADS": threads}
@@ -326,13 +326,13 @@ def _wait(child: subprocess.Popen) -> int:
             continue
 
 
-def wait_for_writer(run: Path, timeout: float, started_file: str = CONFIG_FILE) -> None:
+def wait_for_writer(run: Path, timeout: float, continual: bool = False) -> None:
     """Wait until no process holds the run directory's lock (RunLock; a sequence's, output_lock's): the attempt
     this one replaces may still be saving last/ after its SIGTERM. Past ``timeout`` the command's own refusal
     names the holder."""
     import fcntl
 
-    lock = output_lock_path(run) if started_file == CONTINUAL_FILE else run / LOCK_FILE
+    lock = output_lock_path(run) if continual else run / LOCK_FILE
     try:
         fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:

@@ -70,8 +70,7 @@ class Sweep:
 
     @property
     def started_file(self) -> str:
-        """The file whose presence in a cell's folder means the cell began (it resumes, not restarts)."""
-        return CONTINUAL_FILE if self.continual else CONFIG_FILE
+        return started_file(self.continual)
 
     def command(self, cell: Cell, program: list[str]) -> list[str]:
         """The cell's command line; ``program`` is e.g. [python, -m, recall_cli] or [recall]."""
@@ -399,6 +398,11 @@ def print_commands(sweep: Sweep, program: list[str] | None = None) -> list[str]:
     """One shell line per cell still to run (fresh, or --resume for an interrupted one)."""
     program = program or ["recall"]
     return [shlex.join(sweep.command(c, program)) for c in sweep.cells if c.state != FINISHED]
+
+
+def started_file(continual: bool) -> str:
+    """The file whose presence in a cell's folder means the cell began (it resumes, not restarts)."""
+    return CONTINUAL_FILE if continual else CONFIG_FILE
 
 
 def finished(path: Path, continual: bool) -> tuple[bool, float | None]:
