@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+import functools
 from pathlib import Path
 
 from ..errors import DataError
@@ -29,31 +29,47 @@ def load_glue_tsv(task: TaskType, data_dir: Path, split: str) -> Examples:
     path = data_dir / f"{split}.tsv"
     folder = spec.folder
     fix = f"set task.data_dir to the GLUE {folder} folder itself, e.g. task.data_dir=data/glue/{folder}"
-    # GLUE TSVs are tab-separated with quoting off: MRPC, STS-B and RTE hold unpaired double quotes.
-    rows = delimited_rows(path, read_text(path, fix), "\t", csv.QUOTE_NONE)
+    columns = None if spec.name == "cola" else (tuple(spec.text_fields), tuple(spec.alt_text_fields or ()), spec.label_field)
+    texts, labels, lines = _columns(read_text(path, fix), str(path), columns, fix)
+    # Each distinct label is parsed once, at its first row: the same values and the same first error as row by row.
+    parsed: dict[str, object] = {}
+    values: list = []
+    for line, label in zip(lines, labels):
+        if label not in parsed:
+            parsed[label] = task.parse_label(label, f"{path} line {line}", "fix or remove the row")
+        values.append(parsed[label])
+    return non_empty(Examples(list(texts), values, str(path)))
 
-    if spec.name == "cola":
+
+# A process reads one GLUE file many times (a sweep's preflight, each stage of a sequence scoring every task, the
+# test suite), and SST-2's train split takes 0.3 s to split into columns. Kept by the file's whole text, so an edited
+# file is read anew; a few files at most (SST-2's is 5 MB).
+@functools.lru_cache(maxsize=8)
+def _columns(text: str, where: str, columns: tuple | None, fix: str) -> tuple[tuple, tuple[str, ...], tuple[int, ...]]:
+    path = Path(where)
+    # GLUE TSVs are tab-separated with quoting off: MRPC, STS-B and RTE hold unpaired double quotes.
+    rows = delimited_rows(path, text, "\t", csv.QUOTE_NONE)
+    if columns is None:
         width, text_cols, label_col = _COLA_COLUMNS, [_COLA_TEXT_COL], _COLA_LABEL_COL
     else:
         try:
             _, header = next(rows)
         except StopIteration:
             raise DataError(f"{path}: file is empty: expected a header row and examples; {fix}") from None
-        spec_cols: Sequence[str] = spec.text_fields
-        alternative = spec.alt_text_fields
+        spec_cols, alternative, label_field = columns
         names = [h.strip() for h in header]
         if alternative and spec_cols[0] not in names and alternative[0] in names:
             spec_cols = alternative
         width = len(header)
-        *text_cols, label_col = column_indices(path, header, [*spec_cols, spec.label_field], fix)
+        *text_cols, label_col = column_indices(path, header, [*spec_cols, label_field], fix)
 
-    texts: list[tuple[str, ...]] = []
-    values: list = []
+    texts, labels, lines = [], [], []
     for line, row in rows:
         check_width(path, line, row, width, "tab-separated")
         texts.append(tuple(row[i] for i in text_cols))
-        values.append(task.parse_label(row[label_col], f"{path} line {line}", "fix or remove the row"))
-    return non_empty(Examples(texts, values, str(path)))
+        labels.append(row[label_col])
+        lines.append(line)
+    return tuple(texts), tuple(labels), tuple(lines)
 
 
 def load_glue_hub(task: TaskType, split: str) -> Examples:
