@@ -22,7 +22,8 @@ import yaml
 from ..errors import ReportError
 from ..plugins.methods import inert_keys
 from ..names import RECADAM_ONLY_KEYS, SHORT_KEYS, is_vanilla
-from ..rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_metrics_checked, read_summary_checked
+from ..rundir import (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, Summary, is_run_dir, read_config, read_metrics_checked,
+                      read_summary_checked)
 from ..scoring.records import RECORD_PATH_KEYS
 
 
@@ -193,7 +194,7 @@ def read_run(path: Path, name: str, warn: Callable[[str], None] = lambda message
     the run then reads as unfinished, the records are skipped, a line cut short ends the reading."""
     from ..recipe import flatten
 
-    config = yaml.safe_load((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    config = read_config(path)
     if not isinstance(config, dict):
         raise ValueError("config.yaml is not a mapping")
     settings = flatten(config)
@@ -348,10 +349,12 @@ def differing_keys(runs: list[Run]) -> list[str]:
     for run in runs:
         by_task.setdefault(run.task, []).append(run)
     keys: list[str] = []
+    seen: set[str] = set()  # each key asked once: asking again for every run made a report quadratic in its runs
     for run in runs:
         for key in run.settings:
-            if key in keys or not is_setting_key(key):
+            if key in seen or not is_setting_key(key):
                 continue
+            seen.add(key)
             if any(len(_values(group, key)) > 1 for group in by_task.values()):
                 keys.append(key)
     return keys

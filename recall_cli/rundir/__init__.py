@@ -49,6 +49,7 @@ from .layout import (
     is_run_dir,
     locate,
     no_checkpoint_message,
+    read_config,
     scored_record,
 )
 from .writing import (
@@ -120,6 +121,7 @@ __all__ = [
     "keep_final",
     "locate",
     "no_checkpoint_message",
+    "read_config",
     "read_metrics",
     "read_metrics_checked",
     "read_continual",
