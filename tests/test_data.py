@@ -92,6 +92,26 @@ def test_glue_stsb_counts_and_scores(split, rows):
     assert all(len(t) == 2 for t in examples.texts)
 
 
+def test_a_glue_file_read_again_is_the_same_and_an_edited_one_is_read_anew(tmp_path):
+    """A process keeps what it split a GLUE file into: a second read gives equal rows in lists of its own (what
+    a caller does to one read does not reach the next), and a file edited between reads is read as it is now,
+    its first bad label named at its line as before."""
+    folder = tmp_path / "RTE"
+    folder.mkdir()
+    header = "index\tsentence1\tsentence2\tlabel\n"
+    (folder / "train.tsv").write_text(header + "0\ta\tb\tentailment\n1\tc\td\tnot_entailment\n")
+    first = load_split(glue_cfg("rte", folder), "train")
+    first.texts.append(("x", "y"))
+    first.labels[0] = 7
+    again = load_split(glue_cfg("rte", folder), "train")
+    assert (again.texts, again.labels) == ([("a", "b"), ("c", "d")], [0, 1])
+    (folder / "train.tsv").write_text(header + "0\ta\tb\tnot_entailment\n")
+    assert load_split(glue_cfg("rte", folder), "train").labels == [1]
+    (folder / "train.tsv").write_text(header + "0\ta\tb\tentailment\n1\tc\td\tmaybe\n2\te\tf\tmaybe\n")
+    with pytest.raises(DataError, match=r"train.tsv line 3: label 'maybe' is not one of"):
+        load_split(glue_cfg("rte", folder), "train")
+
+
 def test_glue_spot_checks():
     mrpc = load_split(glue_cfg("mrpc"), "train")
     # The byte-order mark must not hide the "Quality" column, and quotes stay as written.
@@ -217,6 +237,7 @@ def test_stsb_score_must_be_a_number(tmp_path):
     assert f"{tmp_path / 'dev.tsv'} line 3: label 'high' is not a finite number" in message(excinfo)
 
 
+@pytest.mark.slow
 def test_hub_offline_raises_data_error(monkeypatch, tmp_path):
     import datasets
     import huggingface_hub.constants
