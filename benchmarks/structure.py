@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import os
 import sys
@@ -46,11 +47,23 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
 
 
+def parse(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once while the file is unchanged: every count (and the structure tests, which
+    ask for several) reads the same files. Read-only: callers walk it and never edit it."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """recall_cli modules that ``name`` imports (anywhere in the file, lazily too, and under TYPE_CHECKING:
     an import for annotations only is no arrow at run time, but it is one in the layering, and a circle
     of them is the same fault as a circle at run time)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(tree):
@@ -99,7 +112,7 @@ def name_tables() -> list[str]:
     for name, path in modules().items():
         if name == "recall_cli.names":
             continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in parse(path).body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 value = node.value
@@ -115,7 +128,7 @@ def name_tables() -> list[str]:
 def exit_decisions() -> list[str]:
     out = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             literal = None
             if isinstance(node, ast.Call):
                 func = ast.unparse(node.func)
@@ -136,7 +149,7 @@ def sizes() -> tuple[list[str], list[str]]:
         text = path.read_text(encoding="utf-8")
         if text.count("\n") > 500:
             long_modules.append(f"{name} {text.count(chr(10))}")
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(parse(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long_functions.append(f"{name}.{node.name} {node.end_lineno - node.lineno + 1}")
     return long_modules, long_functions

@@ -19,6 +19,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import typer.testing  # noqa: E402
 import yaml  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
@@ -96,6 +97,25 @@ def _own_cache(tmp_path_factory, monkeypatch):
 
 def minilm_path() -> str:
     return tokenizer_path()
+
+
+# ---- the CLI built once per app ------------------------------------------------------------------------
+# typer's CliRunner builds the click command from the app on every invoke, inspecting each command's signature
+# (~85 ms here); the suite invokes the one app hundreds of times. The command is kept per app object and rebuilt
+# only when the app gains a command or a group, so what a test invokes is what a fresh build would be.
+_built_commands: dict[int, tuple] = {}
+_build_command = typer.testing._get_command
+
+
+def _command_once(app):
+    shape = (len(app.registered_commands), len(app.registered_groups), app.registered_callback)
+    kept = _built_commands.get(id(app))
+    if kept is None or kept[0] is not app or kept[1] != shape:
+        kept = _built_commands[id(app)] = (app, shape, _build_command(app))
+    return kept[2]
+
+
+typer.testing._get_command = _command_once
 
 
 # ---- the inner loop trains nothing in set-up ----------------------------------------------------------

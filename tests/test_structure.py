@@ -4,6 +4,7 @@ imports included), and the CLI's --help loads no torch; every error type is reac
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import io
 import re
@@ -17,13 +18,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
 def structure():
+    """benchmarks/structure.py, loaded once: its parsed files are kept between the tests that read them."""
     spec = importlib.util.spec_from_file_location("structure", REPO / "benchmarks" / "structure.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     s = structure()
     graph = s.import_graph()
@@ -36,6 +40,7 @@ def test_a_cycle_is_found_where_there_is_one():
     assert s.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b"), ("a", "c"), ("b", "c")]
 
 
+@pytest.mark.slow
 def test_help_loads_no_torch():
     code = ("import sys; from typer.testing import CliRunner; from recall_cli.cli import app; "
             "result = CliRunner().invoke(app, ['--help']); assert result.exit_code == 0 and 'finetune' in result.output; "
@@ -43,6 +48,7 @@ def test_help_loads_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_the_house_keeps_its_shape():
     """Issue 37's bounds: at most 12 modules at the top of recall_cli/ (the rest live in packages that
     own a stage), no module over 500 lines, no function over 80."""
@@ -74,6 +80,7 @@ def python_files(*folders: str) -> list[Path]:
     return sorted(p for folder in folders for p in (REPO / folder).rglob("*.py"))
 
 
+@pytest.mark.slow
 def test_no_package_re_exports_an_error_type():
     """errors.py owns every exception type recall reports. A package that re-exported one (report.ReportError,
     probes.ProbeError, merge.MergeError) gave it a second name: no package lists one in its __all__, and
@@ -85,7 +92,7 @@ def test_no_package_re_exports_an_error_type():
     found = []
     for path in python_files("recall_cli", "tests", "docs", "examples", "benchmarks"):
         where = path.relative_to(REPO)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(structure().parse(path)):
             if isinstance(node, ast.ImportFrom):
                 source = (node.module or "").split(".")[-1] if node.module else path.parent.name  # from . import X
                 if source in packages:
@@ -128,7 +135,7 @@ def prose(path: Path) -> list[tuple[int, str]]:
 def offered(module: Path) -> set[str]:
     """The names a module defines at its top level, imports, or lists in __all__ (lazy names included)."""
     names = set()
-    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+    for node in structure().parse(module).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -165,6 +172,7 @@ def missing_names(path: Path, text: str) -> list[str]:
     return missing
 
 
+@pytest.mark.slow
 def test_docstrings_and_comments_name_files_that_exist():
     """A docstring or comment that sends the reader to a file (recipe.py, recall_cli/rundir.py, train_setup.py)
     must name one that is there: files move (recipe/ became a package), and a stale name misleads."""
@@ -220,6 +228,7 @@ def climbs(graph: dict[str, set[str]], table: dict[str, int]) -> list[str]:
                   if folder_of(a) != folder_of(b) and table[folder_of(a)] <= table[folder_of(b)])
 
 
+@pytest.mark.slow
 def test_every_folder_has_a_floor_and_imports_only_below_it():
     graph = structure().import_graph()
     table = floors()
@@ -234,6 +243,7 @@ def test_a_climb_is_found_where_there_is_one():
     assert climbs(graph, {"recipe": 3, "methods": 10}) == ["recall_cli.recipe.checks -> recall_cli.methods.keep"]
 
 
+@pytest.mark.slow
 def test_no_module_and_its_package_import_each_other():
     """A lazy circle through a package's __init__ (methods/lmkeep/term.py importing its own __init__ for a
     helper) is a circle too: cycles() leaves package and member pairs out, this does not."""
