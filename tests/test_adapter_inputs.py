@@ -20,6 +20,7 @@ runner = CliRunner()
     ({"lora": {"r": 4, "target_modules": ["query", "quary"]}}, r"model.lora.target_modules: this model has no module named 'quary' \(its linear layers are named .*query"),
     ({"osf": {"rank": 2, "target_modules": ["value", "vaule"]}}, r"model.osf.target_modules: this model has no module named 'vaule'"),
 ])
+@pytest.mark.slow
 def test_an_option_the_model_cannot_take_is_one_line(tiny_model_dir, tmp_path, model, expected, dry_run):
     import re
 

@@ -194,6 +194,7 @@ def test_bad_adapter_values_are_refused_in_one_line(tiny_model_dir, tmp_path, ar
         assert lines[1] == f"  - {line} (set on the command line: {named[0]})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, line", MODEL_REFUSALS, ids=[" ".join(a) for a, _ in MODEL_REFUSALS])
 def test_adapter_settings_this_model_cannot_take_are_refused_in_one_line(tiny_model_dir, tmp_path, args, line):
     out = tmp_path / "out"
@@ -201,6 +202,7 @@ def test_adapter_settings_this_model_cannot_take_are_refused_in_one_line(tiny_mo
     assert refused(recipe, out, args) == [line]
 
 
+@pytest.mark.slow
 def test_corda_samples_beyond_the_unscored_sentences_are_refused_before_the_model_is_wrapped(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE, optimizer={"name": "adamw"}))
@@ -212,6 +214,7 @@ def test_corda_samples_beyond_the_unscored_sentences_are_refused_before_the_mode
 # ---- 3. CorDA's sentences: STS-B train, never one the probes score --------------------------------------
 
 
+@pytest.mark.slow
 def test_corda_sentences_leave_out_every_sentence_the_probes_score(tiny_model_dir, tmp_path):
     from recall_cli.methods.lora.corda import calibration_texts
     from recall_cli.probes.sets import load_pairs, load_texts
@@ -232,6 +235,7 @@ def test_corda_sentences_leave_out_every_sentence_the_probes_score(tiny_model_di
 # ---- 4. theta* by the adapted names; the update's norm; preflight's count -------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pissa", "corda", "dora_rslora", "pissa_dora", "osf"])
 def test_theta_star_names_compute_theta_stars_function_and_the_norm_is_the_merged_update(tiny_model_dir, tmp_path, kind):
     """Every trained part moved by noise (as training would): loaded with theta_star_names the model
@@ -271,6 +275,7 @@ def test_theta_star_names_compute_theta_stars_function_and_the_norm_is_the_merge
     assert preflight.parameter_counts(config, binary_task(), recipe, active_adapter(recipe))[2] == trainable
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pissa", "osf"])
 def test_the_decomposition_is_the_same_whatever_the_thread_count(tmp_path, kind):
     """MKL's SVD of a 128 x 512 weight differs between 1 and 2 threads; the adapters' start does not (it is
@@ -544,6 +549,7 @@ def test_bad_intruder_settings_are_refused_in_one_line(tiny_model_dir, tmp_path,
     assert result.stderr.strip().splitlines() == [line] and not out.exists()
 
 
+@pytest.mark.slow
 def test_intruders_takes_a_lora_run_and_its_pretrained_model_and_refuses_dora(tiny_model_dir, tmp_path):
     import shutil
 

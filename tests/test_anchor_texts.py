@@ -165,6 +165,7 @@ def test_a_sweep_reads_a_config_yaml_without_the_new_keys_as_their_defaults(tiny
 # ---- 2. the term: a second forward on the anchor's texts, several layers ---------------------------
 
 
+@pytest.mark.slow
 def test_the_anchor_on_the_pool_is_the_distance_of_a_second_forward_computed_by_hand(tiny_model_dir, tmp_path):
     recipe, built, task, tokenizer = anchor_inputs(tiny_model_dir, tmp_path, texts="pool", batch_size=4,
                                                    distance="mse", embeddings=2.0)
@@ -212,6 +213,7 @@ def test_the_anchor_on_the_pool_is_the_distance_of_a_second_forward_computed_by_
         TextAnchor(1.0, student=model, texts=anchor.texts, draw=anchor.draw, pad_id=0, cache=anchor.cache)(None, batch)
 
 
+@pytest.mark.slow
 def test_layers_average_the_distances_of_each_hidden_states_pooled_features():
     model = tiny_bert(head="classifier", seed=3).eval()
     tokenizer = wordpiece_tokenizer()
@@ -240,6 +242,7 @@ def test_layers_average_the_distances_of_each_hidden_states_pooled_features():
 # ---- 3. theta*'s features of what the run draws, and nothing else --------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cache_holds_only_the_training_rows_the_run_draws(tiny_model_dir, tmp_path):
     recipe, built, task, tokenizer = anchor_inputs(tiny_model_dir, tmp_path)
     anchor, plan, _ = make_anchor(recipe, built, task, tokenizer, total_steps=3)
@@ -271,6 +274,7 @@ def test_the_cache_holds_only_the_training_rows_the_run_draws(tiny_model_dir, tm
     assert torch.equal(again.cache, full.cache)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_rebuilds_the_same_cache_of_drawn_texts(tiny_model_dir, tmp_path):
     recipe, built, task, tokenizer = anchor_inputs(tiny_model_dir, tmp_path, texts="pool", batch_size=4, layers=[1, 2])
     fresh, plan, _ = make_anchor(recipe, built, task, tokenizer, total_steps=12)
@@ -287,6 +291,7 @@ def test_a_resumed_run_rebuilds_the_same_cache_of_drawn_texts(tiny_model_dir, tm
 # ---- 4. the pool and the probes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_pool_is_what_its_script_writes_and_holds_no_text_the_probes_score(tmp_path):
     lines = POOL.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 5442 and all(line.strip() == line and line for line in lines)
@@ -397,6 +402,7 @@ def bad_files(tmp: Path) -> dict[str, Path]:
                                    "the kept-skill number meaningless; remove them from the file (or use keep.texts=pool, "
                                    "which holds none)"),
 ])
+@pytest.mark.slow
 def test_anchor_inputs_the_run_cannot_use_are_refused_in_one_line(tiny_model_dir, tmp_path, overrides, said):
     files = bad_files(tmp_path)
     def fill(text: str) -> str:
@@ -421,6 +427,7 @@ def test_anchor_inputs_the_run_cannot_use_are_refused_in_one_line(tiny_model_dir
 # ---- 6. the dry run says what the anchor computes, what it costs, and its bound ---------------------------
 
 
+@pytest.mark.slow
 def test_the_dry_run_names_the_texts_the_rows_drawn_the_time_and_the_bound(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "out", probe=NO_PROBE))
     result = runner.invoke(app, ["finetune", str(recipe), "keep.embeddings=1", "keep.texts=pool", "keep.batch_size=4",

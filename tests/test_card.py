@@ -142,6 +142,7 @@ def front_matter_of(text: str) -> dict:
     return yaml.safe_load(text.split("---\n")[1])
 
 
+@pytest.mark.slow
 def test_a_readme_recall_did_not_write_is_kept(tmp_path):
     model, tokenizer = tiny_bert(), wordpiece_tokenizer()
     save_checkpoint(tmp_path, "best", model, tokenizer, card="recall's card 1\n" + card.MARKER + "\n")

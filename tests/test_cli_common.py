@@ -143,6 +143,7 @@ def test_merge_options_not_given_still_reach_the_method_as_none():
     assert parameters["clusters"].default is None and parameters["seed"].default == 0
 
 
+@pytest.mark.slow
 def test_theta_star_is_spelled_one_way_in_help():
     text = _help(width=200) + "".join(_help(c, width=200) for c in COMMANDS)
     assert "θ" not in text and "theta*" in text

@@ -52,6 +52,7 @@ def test_padded_length_rounds_up_to_the_bucket_and_never_past_the_maximum():
     assert padded_length(45, 32, 48) == 48  # a maximum that is no multiple caps the last bucket
 
 
+@pytest.mark.slow
 def test_a_bucketed_batch_holds_the_same_tokens_with_more_padding(tiny_model_dir):
     from transformers import AutoTokenizer
 
@@ -123,6 +124,7 @@ def test_auto_on_cuda_compiles_only_where_the_run_pays_for_its_compiles(monkeypa
     assert compiled.decide("auto", CPU, pad_to_multiple_of=32, world_size=1, size=size(10**6))[0] is None
 
 
+@pytest.mark.slow
 def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_path):
     """run_size on SST-2's rows: the lengths of the run's own batches in buckets of 16 (not every
     length a row could make), the micro-batches left, and the layers from the model's config."""
@@ -148,6 +150,7 @@ def test_run_size_counts_the_runs_padded_lengths_and_its_depth(still_model, tmp_
                              world_size=1).micro_batches == 20
 
 
+@pytest.mark.slow
 def test_dry_run_says_how_the_step_will_run_and_fails_as_the_run_would(tiny_model_dir, tmp_path, monkeypatch):
     recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"compile": "auto"}))
     result = runner.invoke(app, ["finetune", str(recipe), "--dry-run", "--json"])
@@ -176,6 +179,7 @@ def test_a_cxx_that_is_not_there_is_found_by_the_dry_run(tiny_model_dir, tmp_pat
     assert compiled.cannot_compile(torch.device("cpu")) is None
 
 
+@pytest.mark.slow
 def test_prepare_weighs_the_run_on_cuda_before_choosing_the_precision(tiny_model_dir, tmp_path, monkeypatch):
     """The set-up's wiring, with CUDA faked up to the decision: a 12-step run stays eager (and so
     fp32), a long one compiles (and so bf16); nothing is written either way."""
@@ -378,6 +382,7 @@ def test_auto_keeps_a_recorded_step_on_resume_and_decides_anew_otherwise(monkeyp
     assert compiled.resumed_mode("on", cuda, ("eager", "why then")) is None  # the recipe's own setting rules
 
 
+@pytest.mark.slow
 def test_on_stops_with_exit_2_and_leaves_no_run_when_the_compile_fails(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(compiled, "compile_model", failing_compile)
     recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "on", train={"compile": "on"}))
@@ -388,6 +393,7 @@ def test_on_stops_with_exit_2_and_leaves_no_run_when_the_compile_fails(tiny_mode
     assert not (tmp_path / "on").exists()  # rolled back: the first step never committed the run
 
 
+@pytest.mark.slow  # trains two steps
 def test_the_start_line_says_how_the_step_runs(tiny_model_dir, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", sst2_recipe(tiny_model_dir, tmp_path / "run", train={"max_steps": 2}))
     result = runner.invoke(app, ["finetune", str(recipe), "--plain"])
@@ -404,6 +410,7 @@ def test_old_summaries_without_a_compile_record_still_read():
         Summary.from_dict({"compile": "eager"})
 
 
+@pytest.mark.slow
 def test_compiling_raises_dynamos_graph_limit_to_hold_every_length(monkeypatch):
     """dynamo keeps 8 graphs per function by default and runs a ninth length eagerly without a word:
     compile_model raises the limit to the run's lengths plus the eval check's graph and a margin,

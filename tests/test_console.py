@@ -200,6 +200,7 @@ def test_the_gguf_de_quantizing_bar_is_silenced_unless_recall_debug(monkeypatch,
     assert "de-quantizing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_local_ray_start_names_its_token_mode_so_ray_does_not_warn(monkeypatch):
     """Issue 53: a local Ray turns token authentication on and warns about it on every start; recall names
     that same mode (RAY_AUTH_MODE=token), which Ray takes without the warning. A cluster's (--address), a

@@ -188,6 +188,7 @@ def test_a_second_writer_is_refused(finished, tmp_path):
     assert not (out / "continual.json").exists()
 
 
+@pytest.mark.slow
 def test_every_stage_is_checked_before_anything_is_written(tiny_model_dir, tmp_path):
     from recall_cli.testing import tiny_bert_dir
 

@@ -86,6 +86,7 @@ def test_wrong_options_for_sequences_are_one_line(sequences, args, words):
     assert words in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_tradeoff_plots_a_point_per_sequence_and_the_median_per_method(sequences, tmp_path):
     """recall tradeoff of continual folders: --x main / --y sts_retained (its defaults) read as ACC and STS kept,
     one point per finished sequence, the medians per method; --x bwt --y last the other pair."""

@@ -182,6 +182,7 @@ def test_wrong_merge_and_theta_star_keys_are_one_line_and_write_nothing(tiny_mod
     assert "Traceback" not in result.output and not out.exists()
 
 
+@pytest.mark.slow
 def test_the_dry_run_shows_the_merge_and_theta_star(tiny_model_dir, tmp_path):
     files = stage_files(tmp_path, tiny_model_dir, TWO)
     result = CliRunner().invoke(app, ["continual", *map(str, files), *LINEAR, "continual.theta_star=original",

@@ -67,6 +67,7 @@ def test_a_large_ewc_weight_keeps_stage_two_near_stage_one(tiny_model_dir, tmp_p
     assert any(r.get("loss_ewc", 0) > 0 for r in records if r["split"] == "train")
 
 
+@pytest.mark.slow
 def test_replay_draws_only_from_its_buffer():
     from recall_cli.methods.replay.buffer import Buffer
 

@@ -217,6 +217,7 @@ def test_divergence_stops_with_its_own_exit_code(tiny_model_dir, tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_creates_nothing(tiny_model_dir, tmp_path):
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "never", model={"init": "random"},
                          optimizer={"anneal_t0": 0.5, "anneal_k": 0.1}, train={"max_steps": 40})
@@ -340,6 +341,7 @@ def test_a_run_written_before_train_save_existed_resumes_keeping_everything(tiny
     assert _recipe_to_run(write_recipe(tmp_path / "new.yaml", new), None, None).train.save == "final"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given, cleared, was", [("train.max_steps=3", "epochs", 3), ("train.epochs=1", "max_steps", 12)])
 def test_a_length_override_replaces_the_recipes_other_length(tiny_model_dir, tmp_path, given, cleared, was):
     """As run_glue's max_steps overrides num_train_epochs: one override of either length key clears the
@@ -356,6 +358,7 @@ def test_a_length_override_replaces_the_recipes_other_length(tiny_model_dir, tmp
     assert f"  {cleared}: null" in result.output
 
 
+@pytest.mark.slow
 def test_an_adamw_dry_run_names_no_schedule_it_does_not_read(tiny_model_dir, tmp_path):
     """anneal_t0 is RecAdam's (and the methods on its clock): an adamw plan line does not print it."""
     recipe = tiny_recipe(tiny_model_dir, tmp_path / "never", optimizer={"name": "adamw"}, train={"max_steps": 40})

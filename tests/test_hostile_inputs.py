@@ -62,6 +62,7 @@ def leftovers(folder: Path) -> list[str]:
     (["--gamma", "nan"], "--gamma nan"),
     (["--gamma", "inf"], "--gamma inf"),
 ])
+@pytest.mark.slow
 def test_a_number_that_is_not_finite_is_refused_before_any_work(runs, tmp_path, args, named):
     out = tmp_path / "out"
     result = invoke("merge", runs["a"], runs["b"], "--out", out, "--device", "cpu", *args)
@@ -82,6 +83,7 @@ def test_settings_that_would_write_nan_weights_fail_naming_the_tensor_and_option
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_an_input_with_nan_weights_is_refused_naming_it(runs, tmp_path):
     """No checkpoint from NaN/inf weights (issue 41): a merge used to carry an input's NaN into its output."""
     poisoned = tmp_path / "poisoned"
@@ -263,6 +265,7 @@ def test_an_output_folder_without_write_permission_is_exit_4(runs, tmp_path):
     assert result.exit_code == 4 and "(permission denied)" in one_error_line(result)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["header", "tensor"])
 def test_a_disk_that_fills_during_the_write_is_exit_4_and_leaves_nothing(runs, tmp_path, monkeypatch, where):
     """What a full disk raises while a merge streams its outputs (merge/writer.py): an OSError naming the file,
@@ -285,6 +288,7 @@ def test_a_disk_that_fills_during_the_write_is_exit_4_and_leaves_nothing(runs, t
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_record_and_finetune_outputs_are_checked_before_the_work(runs, tiny_model_dir, tmp_path):
     (tmp_path / "file").write_text("x")
     record = tmp_path / "file" / "rec"
@@ -319,6 +323,7 @@ def test_an_os_error_of_the_environment_is_one_line_at_the_boundary(capsys):
 # ---- 5. corrupt or foreign inputs: exit 2, the file named -----------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "not safetensors"])
 def test_unreadable_weights_are_a_user_error_naming_the_file(runs, tmp_path, damage):
     broken = tmp_path / "broken"
@@ -336,6 +341,7 @@ def test_unreadable_weights_are_a_user_error_naming_the_file(runs, tmp_path, dam
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_probe_against_a_model_of_another_width_is_refused(runs, tmp_path):
     wide = tiny_bert_dir(tmp_path / "wide", hidden_size=64, seed=3)
     result = invoke("probe", runs["a"], "--against", wide, "--probes", "drift", "--device", "cpu")

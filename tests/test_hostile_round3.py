@@ -49,6 +49,7 @@ def test_a_checkpoint_whose_pickle_holds_more_than_tensors_is_one_line(tmp_path,
     assert "never runs its code" in line and "this must never run" not in result.output
 
 
+@pytest.mark.slow
 def test_a_config_describing_a_model_bigger_than_memory_is_refused_before_allocating(tmp_path, tiny_model_dir):
     folder = tmp_path / "absurd"
     shutil.copytree(tiny_model_dir, folder)
@@ -61,6 +62,7 @@ def test_a_config_describing_a_model_bigger_than_memory_is_refused_before_alloca
     assert "config.json describes a model of about" in one_error_line(result) and "check those sizes" in result.output
 
 
+@pytest.mark.slow
 def test_merging_the_current_folder_names_its_output_after_the_folder(tmp_path, monkeypatch):
     """`recall merge . ../b`: "." used to name an output folder '' (OUT itself), exit 4."""
     for name in ("a", "b"):
@@ -110,6 +112,7 @@ def test_library_calls_on_what_they_cannot_use_say_so(tiny_model_dir):
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {"classifier.weight", "classifier.bias"}
 
 
+@pytest.mark.slow
 def test_probe_against_a_model_of_another_width_is_a_value_error(tmp_path, tiny_model_dir):
     import recall_cli
     from transformers import AutoModel, AutoTokenizer
@@ -120,6 +123,7 @@ def test_probe_against_a_model_of_another_width_is_a_value_error(tmp_path, tiny_
         recall_cli.probe(model, AutoTokenizer.from_pretrained(tiny_model_dir), wider, probes=["sts"], num_pairs=8)
 
 
+@pytest.mark.slow
 def test_a_wrong_path_is_refused_before_torch_is_imported(tmp_path):
     """evaluate and predict on a folder that does not exist: one line, exit 2, torch never imported
     (it took ~60 s on a loaded machine: torch and the model loaded first)."""

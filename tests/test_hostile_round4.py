@@ -62,6 +62,7 @@ def rows_file(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("tensor, value", [("model.layers.0.mlp.down_proj.weight", float("nan")),
                                            ("lm_head.weight", float("inf"))])
+@pytest.mark.slow
 def test_predict_of_a_causal_lm_with_nan_or_inf_weights_is_exit_3_and_writes_nothing(lm_dir, tmp_path, tensor, value):
     """NaN logits argmax to the pad token: each row's completion used to be empty, exit 0."""
     model = poisoned(lm_dir, tmp_path / "model", tensor, value)
@@ -72,6 +73,7 @@ def test_predict_of_a_causal_lm_with_nan_or_inf_weights_is_exit_3_and_writes_not
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model", "rows.tsv"]
 
 
+@pytest.mark.slow
 def test_evaluate_of_a_causal_lm_with_nan_weights_is_exit_3_and_records_nothing(nan_lm, tmp_path):
     result = invoke("evaluate", nan_lm, "--task", "sst2_lm", "--data-dir", GLUE / "SST-2")
     line = one_error_line(result, code=3)
@@ -96,6 +98,7 @@ def test_scoring_a_causal_lm_refuses_nan_logits_on_the_prompt_alone(lm_dir):
         completion_outputs(model, features, 2, torch.device("cpu"), 0)
 
 
+@pytest.mark.slow
 def test_probe_of_a_causal_lm_with_nan_weights_says_why_its_fields_are_null(nan_lm, lm_dir):
     result = invoke("probe", nan_lm, "--against", lm_dir, "--probes", "lm,kl", "--json")
     assert result.exit_code == 0, result.output
@@ -206,6 +209,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_intruders_with_a_damaged_adapter_is_one_line_and_never_asks_the_hub(lora_checkpoint, tiny_model_dir, tmp_path,
                                                                            monkeypatch, damage):
@@ -226,6 +230,7 @@ def test_intruders_with_a_damaged_adapter_is_one_line_and_never_asks_the_hub(lor
     assert not out.exists() and not asked
 
 
+@pytest.mark.slow
 def test_intruders_on_the_undamaged_adapter_merges(lora_checkpoint, tiny_model_dir, tmp_path):
     """The reader refuses the damaged folders only: the same adapter as written merges (exit 0, one output per input)."""
     result = invoke("merge", tiny_model_dir, lora_checkpoint, "--method", "intruders", "--out", tmp_path / "out", "--json")

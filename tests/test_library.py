@@ -58,6 +58,7 @@ def mlm_dir(tmp_path_factory) -> Path:
 # ---- the public surface --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_public_names_are_all_and_load_lazily():
     assert set(recall_cli.__all__) == PUBLIC
     for name in PUBLIC:
@@ -80,6 +81,7 @@ def theta_star_by_name(model: torch.nn.Module, optimizer) -> dict[str, torch.Ten
     return {names[id(p)]: a for p, a in unwrap(optimizer).anchored()}
 
 
+@pytest.mark.slow
 def test_recadam_for_reads_theta_star_from_disk_by_name(mlm_dir):
     from transformers import AutoModelForSequenceClassification
 
@@ -125,6 +127,7 @@ def test_recadam_for_matches_recall_finetunes_anchors(tiny_model_dir):
         assert torch.equal(theta_star[name], tensor), name
 
 
+@pytest.mark.slow
 def test_recadam_for_a_fine_tuned_classifier_leaves_its_head_unanchored(tmp_path):
     folder = save_with_tokenizer(tiny_bert(head="classifier", num_labels=2, seed=4), tmp_path / "clf")
     from transformers import AutoModelForSequenceClassification

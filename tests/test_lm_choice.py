@@ -123,6 +123,7 @@ def test_too_few_items_a_missing_file_and_latin1_are_refused(tmp_path):
         load_choices(tmp_path / "l.jsonl")
 
 
+@pytest.mark.slow
 def test_recall_probe_measures_choice_and_refuses_a_bad_file_in_one_line(tmp_path):
     theta_star, theta = tiny_llama_dir(tmp_path / "star", seed=1), tiny_llama_dir(tmp_path / "theta", seed=2)
     items = _write(tmp_path / "c.jsonl", ITEMS * 3)
@@ -169,6 +170,7 @@ def test_a_run_records_the_choice_probe_at_each_evaluation(tmp_path):
     assert summary["probe"]["choice_acc"] == probes[-1]["choice_acc"]
 
 
+@pytest.mark.slow
 def test_forgetting_shows_a_causal_lm_s_probes_in_their_own_columns(tmp_path):
     for name, kl, acc in (("a", 0.01, 0.8), ("b", 0.02, 0.7)):
         run = tmp_path / name

@@ -380,6 +380,7 @@ def test_a_lora_run_resumed_ends_as_an_uninterrupted_one(tiny_model_dir, tmp_pat
 # ---- 7. bad LoRA input: exit 2, one line naming the key, nothing created -----------------------------
 
 
+@pytest.mark.slow
 def test_unknown_target_modules_are_refused_in_one_line(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, out, probe=NO_PROBE,

@@ -73,6 +73,7 @@ def test_identical_models_merge_to_themselves(runs, samples, tmp_path):
                 assert torch.equal(merged[key], tensor), (method, key)
 
 
+@pytest.mark.slow
 def test_recall_weights_sum_to_one_and_favour_the_reference(runs, samples, tmp_path):
     out = tmp_path / "m"
     code, output = merge(runs["a"], runs["b"], "--out", out, "--samples", samples, "--clusters", "4")
@@ -112,6 +113,7 @@ def test_temperature_sharpens_the_weights(runs, samples, tmp_path):
     assert spread[0] < 0.53 < spread[1]  # tau 10: nearly uniform; tau 0.05: the reference dominates
 
 
+@pytest.mark.slow
 def test_linear_one_zero_returns_the_first_model(runs, tmp_path):
     out = tmp_path / "m"
     code, output = merge(runs["a"], runs["b"], "--out", out, "--method", "linear", "--weights", "1,0")
@@ -124,6 +126,7 @@ def test_linear_one_zero_returns_the_first_model(runs, tmp_path):
     assert torch.equal(merged_b["classifier.bias"], b["classifier.bias"])
 
 
+@pytest.mark.slow
 def test_pretrained_encoder_as_an_input_is_wise_ft(runs, tiny_model_dir, tmp_path):
     out = tmp_path / "m"
     code, output = merge(tiny_model_dir, runs["a"], "--out", out, "--method", "linear", "--weights", "1,3")
@@ -149,6 +152,7 @@ def test_task_arithmetic_lambda_zero_returns_the_base(runs, tiny_model_dir, tmp_
             assert torch.equal(merged["bert." + key], tensor), key
 
 
+@pytest.mark.slow
 def test_ties_matches_a_hand_computed_example(runs, tmp_path):
     vectors = torch.tensor([[3.0, -1.0, 0.5, -2.0], [-1.0, 2.0, 1.0, -4.0]])
     # trim to 2 of 4: [3, 0, 0, -2] and [0, 2, 0, -4]; signs of the sum [1, 1, 0, -1];
@@ -249,6 +253,7 @@ def test_outputs_open_with_from_pretrained_and_score_with_evaluate(runs, tmp_pat
     assert scored[1]["metrics"] == scored[0]["metrics"]  # weights (1, 0): model a, scored alike
 
 
+@pytest.mark.slow
 def test_inputs_with_one_name_get_distinct_outputs(runs, tmp_path):
     """a, a and a-2 (runs of different sweeps named alike) become a, a-2 and a-2-2, never one folder twice."""
     import shutil
@@ -352,6 +357,7 @@ def shard_weights(folder: Path, parts: int = 3) -> None:
     ("linear", ()), ("task_arithmetic", ("--lambda", "0.7")), ("ties", ("--density", "0.5")),
     ("recall", ("--clusters", "3")),
 ])
+@pytest.mark.slow
 def test_a_merge_of_sharded_models_equals_the_unsharded_merge_bit_for_bit(runs, samples, tiny_model_dir, tmp_path,
                                                                         method, extra):
     sharded = {}

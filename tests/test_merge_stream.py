@@ -113,6 +113,7 @@ def sharded(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     ("linear", ("--weights", "0.3,0.7")), ("task_arithmetic", ("--lambda", "0.7")), ("ties", ("--density", "0.5")),
     ("recall", ("--clusters", "3")),
 ])
+@pytest.mark.slow
 def test_a_streamed_merge_equals_the_whole_model_merge_bit_for_bit(sharded, tmp_path, method, extra):
     from recall_cli.merge.linear import Linear
     from recall_cli.merge.task_arithmetic import TaskArithmetic

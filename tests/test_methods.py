@@ -246,6 +246,7 @@ def make_anchor(recipe, model, theta_star, task, pad_id, fresh: bool) -> Embeddi
     return anchor
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", [12, 3])
 def test_preflights_memory_lists_the_anchors_bytes_at_their_measured_size(tiny_model_dir, tmp_path, steps, monkeypatch):
     """The embedding anchor's ``extra_bytes`` in preflight's estimate: its cache of what the run draws (all 96
@@ -280,6 +281,7 @@ def test_preflights_memory_lists_the_anchors_bytes_at_their_measured_size(tiny_m
     assert not [part for part in estimate(plain).parts if part.startswith("method ")]
 
 
+@pytest.mark.slow
 def test_the_cache_is_the_same_built_from_theta_star_or_loaded_back(tiny_model_dir, tmp_path):
     recipe, built, task, pad_id = anchor_inputs(tiny_model_dir, tmp_path)
     model, theta_star = built.model.train(), built.theta_star

@@ -28,6 +28,7 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_every", [1, 5])
 def test_a_head_phase_that_diverges_writes_no_lp_folder(tiny_model_dir, tmp_path, log_every):
     """linear_probe_lr=1e38 makes the head's weights inf in one step: however rarely the run logs, lp/

@@ -35,6 +35,7 @@ def test_runs_of_two_devices_are_refused_in_one_line_naming_both(tmp_path, comma
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["compare", "tradeoff"])
 def test_mixed_devices_pairs_them_when_asked(tmp_path, command):
     two_devices(tmp_path / "runs")

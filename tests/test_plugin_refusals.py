@@ -51,6 +51,7 @@ def install(tmp_path, monkeypatch):
 # ---- a plugin's import cannot end the command ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plugin_that_calls_sys_exit_0_is_one_line_and_exit_2(tmp_path, tiny_model_dir):
     root = plugin_path(tmp_path / "site")
     (root / "recall_shrink_plugin.py").write_text("import sys\nsys.exit(0)\n", encoding="utf-8")

@@ -90,6 +90,7 @@ def test_a_plain_recipe_writes_no_plugin_section(tmp_path, tiny_model_dir):
     assert list(r.to_dict()) == ["model", "task", "optimizer", "train", "probe", "keep", "output_dir"]
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_is_one_line_naming_it(tmp_path, tiny_model_dir):
     root = tmp_path / "site"
     plugin_path(root)

@@ -170,6 +170,7 @@ def test_the_test_split_of_a_folder_without_test_tsv_is_one_line_and_no_file(mrp
     assert not out.exists() and nothing_written(tmp_path)
 
 
+@pytest.mark.slow
 def test_refusals_are_one_line_exit_2_and_write_nothing(mrpc_run, tmp_path):
     out = tmp_path / "p.tsv"
     no_text = tmp_path / "no_text.csv"
@@ -214,6 +215,7 @@ def test_a_stop_while_writing_leaves_no_file_and_no_staging_file(mrpc_run, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_users_csv_with_the_hubs_column_names_and_a_tsv_out(mrpc_run, tmp_path):
     """MRPC's GLUE header is '#1 String'; a file exported from the hub says sentence1: both are read."""
     source = tmp_path / "pairs.csv"
@@ -232,6 +234,7 @@ def test_a_users_csv_with_the_hubs_column_names_and_a_tsv_out(mrpc_run, tmp_path
     assert rows[0] == ["index", "prediction"] and [r[1] for r in rows[1:]] == [r["prediction"] for r in records]
 
 
+@pytest.mark.slow
 def test_a_jsonls_prediction_and_label_compare(mrpc_run, tmp_path):
     """One form for both (issue 53): `prediction == label` counts the right rows, and a label named as
     its class ("equivalent") comes back as the file writes it ("1")."""
@@ -250,6 +253,7 @@ def test_a_jsonls_prediction_and_label_compare(mrpc_run, tmp_path):
     assert named["label"] == "1" and named["prediction"] == str(int(np.argmax(named["probabilities"])))
 
 
+@pytest.mark.slow
 def test_a_regression_task_predicts_floats(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer, BertForSequenceClassification
 

@@ -50,6 +50,7 @@ def checks_of(stdout: str) -> dict[str, dict]:
     return {c["name"]: c for c in json.loads(stdout)["checks"]}
 
 
+@pytest.mark.slow
 def test_quick_checks_pass_and_json_has_the_plan(tiny_model_dir, tmp_path):
     result, out = dry_run_json(tmp_path, tiny_model_dir)
     assert result.exit_code == 0, result.output
@@ -73,6 +74,7 @@ def test_quick_checks_pass_and_json_has_the_plan(tiny_model_dir, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.slow
 def test_max_seq_length_beyond_the_positions_is_refused_before_any_run_dir(tmp_path):
     model_dir = save_tiny(tmp_path / "bert64", positions=64)
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(model_dir, tmp_path / "out", task={"max_seq_length": 128}))
@@ -86,6 +88,7 @@ def test_max_seq_length_beyond_the_positions_is_refused_before_any_run_dir(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_issue_14_long_custom_row_with_huge_max_seq_length(tiny_model_dir, tmp_path):
     """The reported failure: a 1,200-word row and max_seq_length=100000 used to crash at step 1 (exit 1)."""
     rows = ["text\tlabel"] + [f"short sentence number {i}\t{i % 2}" for i in range(20)]
@@ -102,6 +105,7 @@ def test_issue_14_long_custom_row_with_huge_max_seq_length(tiny_model_dir, tmp_p
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tokenizer_without_pad_token_and_mismatched_vocabulary(tmp_path):
     nopad = save_tiny(tmp_path / "nopad", pad=False)
     result, out = dry_run_json(tmp_path, nopad)
@@ -122,6 +126,7 @@ def test_tokenizer_without_pad_token_and_mismatched_vocabulary(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.slow
 def test_head_with_another_label_count_is_replaced(tmp_path):
     three = save_tiny(tmp_path / "three", classifier_labels=3)
     for head in ("auto", "keep"):
@@ -135,6 +140,7 @@ def test_head_with_another_label_count_is_replaced(tmp_path):
         assert built.model.classifier.weight.shape == (2, 32) and "classifier.weight" not in built.theta_star
 
 
+@pytest.mark.slow
 def test_fine_tuned_classifier_gets_a_fresh_head_unless_kept(tmp_path):
     """Sequential fine-tuning: task B from task A's checkpoint with the same label count."""
     clf = save_tiny(tmp_path / "clf", classifier_labels=2)
@@ -160,6 +166,7 @@ def test_fine_tuned_classifier_gets_a_fresh_head_unless_kept(tmp_path):
     assert checks_of(out)["head"]["message"] == "the checkpoint's 2-label head is kept and anchored (model.head=keep)"
 
 
+@pytest.mark.slow
 def test_memory_warning_names_settings_that_fit(tiny_model_dir, tmp_path, monkeypatch):
     recipe = recipe_from_dict(tiny_recipe(tiny_model_dir, tmp_path / "never"), "r.yaml")
     from recall_cli.model import load_tokenizer

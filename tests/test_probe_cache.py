@@ -78,6 +78,7 @@ def nudged(model, scale=0.05, seed=0):
     return other
 
 
+@pytest.mark.slow
 def test_the_second_prober_reads_theta_stars_side_and_records_the_same_numbers(mlm_bert):
     with Forwards(mlm_bert.bert) as first:
         computed = encoder_prober(mlm_bert)
@@ -116,6 +117,7 @@ def test_the_causal_probes_sides_are_cached_too():
     assert same(numbers(one), numbers(two)) and one["kl"] > 0 and one["choice_items"] == 24
 
 
+@pytest.mark.slow
 def test_another_weight_setting_or_input_misses_the_cache(mlm_bert):
     encoder_prober(mlm_bert)
     misses = {"a weight": lambda: encoder_prober(nudged(mlm_bert, scale=1e-3)),
@@ -132,6 +134,7 @@ def test_another_weight_setting_or_input_misses_the_cache(mlm_bert):
     assert not encoder_prober(mlm_bert, cache=False).ref_cached  # cache=False reads none
 
 
+@pytest.mark.slow
 def test_a_corrupt_entry_is_passed_over_with_one_note_and_written_again(mlm_bert):
     encoder_prober(mlm_bert)
     (path,) = entries()
@@ -144,6 +147,7 @@ def test_a_corrupt_entry_is_passed_over_with_one_note_and_written_again(mlm_bert
         assert encoder_prober(mlm_bert).ref_cached  # rewritten whole
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_is_one_note_and_the_probe_goes_on(mlm_bert, tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache folder would be")
@@ -152,6 +156,7 @@ def test_an_unwritable_cache_is_one_note_and_the_probe_goes_on(mlm_bert, tmp_pat
     assert [n for n in prober.notes if n.startswith("probe cache:")] and prober.measure(mlm_bert)["cka"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_a_plugin_probes_side_is_never_cached(mlm_bert, monkeypatch):
     from recall_cli.plugins.probes import probes
 
@@ -163,6 +168,7 @@ def test_a_plugin_probes_side_is_never_cached(mlm_bert, monkeypatch):
     assert len(entries()) == 1
 
 
+@pytest.mark.slow
 def test_theta_star_itself_takes_theta_stars_side_without_a_forward(mlm_bert):
     prober = encoder_prober(mlm_bert, cache=False)
     with Forwards(mlm_bert.bert) as reused:
@@ -176,6 +182,7 @@ def test_theta_star_itself_takes_theta_stars_side_without_a_forward(mlm_bert):
     assert computed.count > 0  # one bit off is another model
 
 
+@pytest.mark.slow
 def test_the_answer_is_kept_for_one_model_until_a_probed_weight_changes(mlm_bert, monkeypatch):
     """The start line's estimate and step 0's measurement both ask whether the step-0 model is θ*: its weights
     are hashed once, and again only after a probed tensor changed in place, or for another model object."""

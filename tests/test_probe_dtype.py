@@ -28,6 +28,7 @@ def _probe(*args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 
+@pytest.mark.slow
 def test_an_encoder_probed_in_bf16_agrees_with_fp32(tiny_model_dir, tmp_path):
     run = make_run(tmp_path, "run", tiny_model_dir, seed=5)
     common = [str(run), "--against", str(tiny_model_dir), "--probes", "cka,drift,sts", "--num-texts", "64",
@@ -45,6 +46,7 @@ def test_an_encoder_probed_in_bf16_agrees_with_fp32(tiny_model_dir, tmp_path):
     assert rows["bf16"]["cka"] != rows["fp32"]["cka"]  # the forward ran in bf16, not silently in fp32
 
 
+@pytest.mark.slow
 def test_a_causal_lm_probed_in_bf16_agrees_with_fp32(tmp_path):
     from lm_tiny import tiny_llama_dir
 
@@ -77,6 +79,7 @@ def test_a_dtype_the_device_lacks_is_one_line_exit_2(tiny_model_dir, dtype, said
     assert said in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_recall_hidden_states_in_bf16_give_the_fp32_weights_within_tolerance(tiny_model_dir, tmp_path):
     """RECALL's per-layer weights from hidden states computed in bf16 (--dtype bf16) against fp32's: the
     similarities are exp(-gamma d^2) of pooled states compared in fp32, softmaxed at temperature 0.05, so a

@@ -136,6 +136,7 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
     return tiny_bert_dir(tmp_path_factory.mktemp("tiny_mlm"), head="mlm", seed=99)
 
 
+@pytest.mark.slow
 def test_mlm_probe_on_a_tiny_bert_with_a_head(tiny_mlm_dir, tiny_model_dir):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertForMaskedLM
 
@@ -277,6 +278,7 @@ def test_old_run_without_probe_section_still_reads(probed_run, tmp_path):
 # ---- recall probe after the fact, and bad input -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_recall_probe_cli(tiny_model_dir, tmp_path):
     """`recall probe RUN REFERENCE`: a run directory (a hand-made one: the tiny encoder plus noise in best/,
     since probing after the fact reads weights, not training) measured against its pretrained model."""
@@ -320,6 +322,7 @@ def test_finetune_with_a_malformed_pair_file_creates_nothing(tiny_model_dir, tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_one_probe_setting_for_a_run_the_command_and_the_library(tiny_model_dir, monkeypatch):
     """Issue 53: a run's probe section, `recall probe` without flags and the library's probe() read the same
     sentences, pairs and tokens (names.py's PROBE_* constants), so their numbers for one model agree; 0 asks

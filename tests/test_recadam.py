@@ -175,6 +175,7 @@ def test_recall_floor_matches_float64_transcription(anneal_fun, kernel, mode, fl
     assert near < far  # the floor keeps the body nearer theta*
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["single", "foreach", "fused"])
 def test_recall_floor_zero_is_bit_identical_to_no_floor(kernel):
     kwargs = dict(anneal_fun="sigmoid", weight_decay=0.01, correct_bias=True,
@@ -192,6 +193,7 @@ def test_recall_floor_outside_zero_to_anneal_w_is_refused(floor):
         RecAdam([torch.nn.Parameter(torch.zeros(2))], recall_floor=floor)
 
 
+@pytest.mark.slow
 def test_default_kernel_on_cpu_is_fused_else_single_tensor():
     """Defaults: fused where it applies; otherwise the one-tensor kernel on the CPU (bit-identical to
     foreach=False), which benchmarks/optimizer_step.py measures at about half the foreach time there."""
@@ -223,6 +225,7 @@ def test_coupled_mode_matches_its_transcription(foreach):
     assert_matches_reference(*result)
 
 
+@pytest.mark.slow
 def test_coupled_and_decoupled_differ():
     coupled = run_pair(anneal_fun="sigmoid", weight_decay=0.0, correct_bias=True, foreach=True, mode="coupled")[0]
     decoupled = run_pair(anneal_fun="sigmoid", weight_decay=0.0, correct_bias=True, foreach=True)[0]
@@ -330,6 +333,7 @@ def test_large_k_and_t0_zero_is_adamw():
         torch.testing.assert_close(p, q, atol=1e-9, rtol=0)
 
 
+@pytest.mark.slow
 def test_small_k_is_the_constant_half_weight_multitask_objective():
     w = 0.8
     assert anneal_lambda("sigmoid", 1, 1e-12, 250, w) == pytest.approx(w / 2, abs=1e-9)

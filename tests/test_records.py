@@ -111,6 +111,7 @@ def test_a_merge_of_a_checkpoint_folder_keeps_the_runs_step_and_kind(run, tiny_m
     assert yaml.safe_load((tmp_path / "old" / "config.yaml").read_text())["record"]["with"] == ["pretrained"]
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_record_never_a_run(run, tiny_model_dir, tmp_path):
     import shutil
 
@@ -147,6 +148,7 @@ def test_compare_groups_records_beside_runs_and_reads_distance(run, tiny_model_d
     assert "| min |" in stdout and "distance (final eval, lower is better)" in stdout and "x100" not in stdout
 
 
+@pytest.mark.slow
 def test_records_refuse_to_be_resumed_evaluated_or_overwritten(run, tiny_model_dir, tmp_path):
     out = tmp_path / "rec"
     record(run, out, "--against", tiny_model_dir, "--no-probe")
@@ -165,6 +167,7 @@ def test_records_refuse_to_be_resumed_evaluated_or_overwritten(run, tiny_model_d
     assert code == 2 and "--record" in stderr and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_a_distance_to_another_architecture_is_refused(run, tmp_path):
     other = tmp_path / "other"
     tiny_bert(vocab_size=50, hidden_size=16, num_layers=1, intermediate_size=8, max_positions=512,
@@ -230,6 +233,7 @@ def test_record_of_a_holdout_run_scores_the_rows_the_run_held_out(tiny_model_dir
     assert json.loads(stdout)[0]["holdout"]["main"] == trained["holdout"]["main"]
 
 
+@pytest.mark.slow
 def test_a_second_writer_of_the_same_record_is_refused_naming_the_first(run, tmp_path):
     """evaluate --record (and merge --out) hold a lock named after OUT's absolute path (in the temporary
     folder: OUT and its parents need not exist) for their life: another process writing the same OUT

@@ -285,6 +285,7 @@ def test_forgetting_labels_name_every_differing_setting_when_k_is_ambiguous(tmp_
     assert labels == ["vanilla fine-tuning", "RecAdam + PI, k=0.1", "RecAdam + PI, k=1", "RecAdam + RI, k=1"]
 
 
+@pytest.mark.slow
 def test_table_main_selects_the_best_setting_per_task_on_dev(tmp_path):
     """Table 1: RecAdam's row holds, per task, the (k, t0) with the best median over seeds, as the paper
     selects t0 and k on dev; the median and max are those of the selected setting's seeds."""
@@ -341,6 +342,7 @@ def test_a_method_s_keys_do_not_name_the_runs_that_leave_it_off(tmp_path):
     assert sorted(g["name"] for g in json.loads(result.stdout)) == ["LoRA r=8", "embedding anchor 1", "vanilla fine-tuning"]
 
 
+@pytest.mark.slow
 def test_a_lora_variant_is_named_in_its_label(tmp_path):
     """A DoRA run was 'LoRA r=8' beside plain LoRA (issue 53): each variant (DoRA, PiSSA, CorDA, rsLoRA)
     is in the name; plain LoRA keeps its name."""

@@ -157,6 +157,7 @@ def test_a_bad_line_further_up_ends_the_reading_and_says_how_much_was_left(tmp_p
     assert read_metrics(run) == records  # training's reader stops at the same line, silently, as before
 
 
+@pytest.mark.slow
 def test_tradeoff_names_the_run_and_metric_a_nan_leaves_out(tmp_path):
     root = tmp_path / "runs"
     good_runs(root)

@@ -116,6 +116,7 @@ def paired(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_compare_against_gives_each_setting_its_interval_in_json_and_csv(paired):
     result = invoke("compare", paired, "--against", "vanilla", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -148,6 +149,7 @@ def test_compare_against_gives_each_setting_its_interval_in_json_and_csv(paired)
     assert table["WiSE-FT α=0.75"]["main_seeds"] == "1;2;3;4;5" and table["RecAdam"]["main_low"] == ""
 
 
+@pytest.mark.slow
 def test_compare_against_in_the_table_and_markdown(paired, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     result = invoke("compare", paired, "--against", "vanilla", "--stats", "median")
@@ -186,6 +188,7 @@ def test_compare_against_bad_input_is_one_line_exit_2(paired, args, message):
     one_line_error(invoke("compare", paired, *args), message)
 
 
+@pytest.mark.slow
 def test_against_matches_names_before_labels(paired):
     # "vanilla" starts the label of the WiSE-FT rows too ("vanilla fine-tuning, merge=linear, ..."): the
     # name decides. A label given whole works, and so does a name's α without "=".
@@ -223,6 +226,7 @@ def holdout_study(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_select_on_holdout_chooses_another_setting_than_dev_and_reports_dev(holdout_study, tmp_path):
     on_dev = invoke("tradeoff", holdout_study, "--within", "1", "--json", "--out", tmp_path / "d.png")
     assert on_dev.exit_code == 0, on_dev.output
@@ -272,6 +276,7 @@ def test_select_on_holdout_chooses_another_setting_than_dev_and_reports_dev(hold
     assert line.splitlines()[1].endswith(": non-inferior at margin 3")
 
 
+@pytest.mark.slow
 def test_select_on_holdout_when_vanilla_is_the_pick(holdout_study, tmp_path):
     result = invoke("tradeoff", holdout_study, "--within", "0.1", "--select-on", "holdout", "--json", "--out", tmp_path / "h.png")
     (choice,) = json.loads(result.stdout)
@@ -281,6 +286,7 @@ def test_select_on_holdout_when_vanilla_is_the_pick(holdout_study, tmp_path):
     assert "no interval against vanilla: the pick is vanilla fine-tuning itself" in text.stdout
 
 
+@pytest.mark.slow
 def test_select_on_holdout_refuses_runs_without_a_holdout(holdout_study, tmp_path):
     run_dir(holdout_study, "old/s1", dev=0.9, kept=0.5, seed=1, optimizer="recadam", floor=0.1)  # no task.holdout
     figure = tmp_path / "h.png"
@@ -295,6 +301,7 @@ def test_select_on_holdout_refuses_runs_without_a_holdout(holdout_study, tmp_pat
     assert not figure.exists()
 
 
+@pytest.mark.slow
 def test_holdout_runs_report_dev_everywhere(holdout_study, tmp_path):
     """Under task.holdout the final number of compare, forgetting and tradeoff is dev's (the test record),
     not the holdout's last evaluation; the holdout's 'data' field is no metric."""
@@ -367,6 +374,7 @@ def test_compare_table_names_settings_as_the_figures_do(paired, monkeypatch):
     assert "vanilla fine-tuning, merge=" in keys.stdout  # cut to fit, but the keys' words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [80, 100])
 def test_tables_fit_80_and_100_columns(paired, tmp_path, monkeypatch, width):
     """compare (with the averages of three tasks), forgetting and the probe tables: no line wider than the
@@ -406,6 +414,7 @@ def test_probe_table_fits_and_keeps_the_target_folder():
     assert render(probe_plain(rows), 200).count("…") == 0
 
 
+@pytest.mark.slow
 def test_the_same_characters_on_a_terminal_and_in_a_pipe(paired):
     """A terminal gets bold where a pipe gets none; the characters are the same."""
     import io
@@ -428,6 +437,7 @@ def test_the_same_characters_on_a_terminal_and_in_a_pipe(paired):
     assert re.sub(r"\x1b\[[0-9;]*m", "", printed[True]) == printed[False]
 
 
+@pytest.mark.slow
 def test_the_committed_study_renders_as_committed(tmp_path, monkeypatch):
     """docs/study's committed tables were made by these commands (COLUMNS=200, piped): the same bytes now."""
     monkeypatch.setenv("COLUMNS", "200")
@@ -441,6 +451,7 @@ def test_the_committed_study_renders_as_committed(tmp_path, monkeypatch):
     assert result.stdout.splitlines()[:-2] == committed[1:-2]
 
 
+@pytest.mark.slow
 def test_best_under_a_holdout_says_whose_score_it_is(holdout_study):
     result = invoke("compare", holdout_study, "--at", "best", "--format", "markdown")
     assert result.exit_code == 0, result.output
@@ -448,6 +459,7 @@ def test_best_under_a_holdout_says_whose_score_it_is(holdout_study):
     assert "task.holdout" not in invoke("compare", holdout_study, "--format", "markdown").stdout
 
 
+@pytest.mark.slow
 def test_select_on_holdout_compares_settings_over_vanilla_s_seeds_only(holdout_study, tmp_path):
     """A setting that ran on one seed with the best holdout score is not chosen for it: its median is
     over other data. It is listed as not eligible, with its seeds, and the line says so."""
@@ -463,6 +475,7 @@ def test_select_on_holdout_compares_settings_over_vanilla_s_seeds_only(holdout_s
     assert "1 setting on other seeds than the reference not compared (e.g. RecAdam floor 0.2: seed 2)" in shown.stdout
 
 
+@pytest.mark.slow
 def test_select_on_holdout_does_not_choose_for_seeds_vanilla_lacks(holdout_study, tmp_path):
     """A setting on vanilla's seeds plus lucky extra ones: its median is over other data, so it is not
     compared either (helper-8's case: worse on the shared seeds, best over all of its own)."""

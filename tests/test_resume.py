@@ -200,6 +200,7 @@ def test_sigterm_before_the_first_step_puts_an_overwritten_run_back(tiny_model_d
     assert not [p for p in tmp_path.iterdir() if ".replaced" in p.name]
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(tiny_model_dir, tmp_path):
     """One writer per run directory: while a process holds RUN/.recall.lock, `finetune --overwrite`
     into RUN exits 2 naming it, and changes nothing; a lock left by a dead process is taken over."""

@@ -76,6 +76,7 @@ def test_a_resumed_optimizer_keeps_its_fp32_master_and_moments():
 # ---- model.dtype ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_model_dtype_loads_the_weights_in_it_and_auto_reads_the_checkpoint(tmp_path):
     fp32_dir = tiny_bert_dir(tmp_path / "fp32", seed=3)
     bf16_dir = tmp_path / "bf16"
@@ -174,6 +175,7 @@ def _disk_line(out: str) -> dict[str, float]:
     return {k: float(m.group(1).replace(",", "")) for k, pattern in found.items() if (m := re.search(pattern, line))}
 
 
+@pytest.mark.slow  # trains two steps
 def test_a_bf16_run_says_it_computes_in_bf16_and_its_dry_run_sizes_2_bytes_a_weight(tiny_model_dir, tmp_path):
     """model.dtype=bf16 with train.precision=fp32: nothing autocasts, so the matrix products run in the weights'
     bf16; the start line and summary.json say so (they said precision=fp32), and the dry run's disk line sizes

@@ -25,6 +25,7 @@ def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
+@pytest.mark.slow
 def test_each_cell_is_one_continual_command(tiny_model_dir, tmp_path):
     a, b = stage_files(tmp_path, tiny_model_dir, TWO)
     out = tmp_path / "sweep"
@@ -39,6 +40,7 @@ def test_each_cell_is_one_continual_command(tiny_model_dir, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_every_cells_stages_are_checked_before_anything_runs(tiny_model_dir, tmp_path):
     a, b = stage_files(tmp_path, tiny_model_dir, TWO)
     out = tmp_path / "sweep"
@@ -119,6 +121,7 @@ def test_compare_reads_the_sweep_of_sequences(sequences):
     assert row["median"]["acc"] == pytest.approx(sum(accs) / 2)
 
 
+@pytest.mark.slow
 def test_a_ray_task_finds_a_sequence_finished_or_resumes_it(tmp_path):
     """The Ray backend's task (run_cell) on a sequence's folder: a finished continual.json is not run again (a node
     that left after finishing it), an unfinished one runs the resume command; no Ray needed to check either."""

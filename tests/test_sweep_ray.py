@@ -177,6 +177,7 @@ def test_a_malformed_address_is_refused_before_anything_is_made(tiny_model_dir, 
 
 @pytest.mark.parametrize("address, reason", [("127.0.0.1:1", "Connection refused"), ("ray://127.0.0.1:1", "Connection refused"),
                                              ("no-such-head.invalid:6379", "")])
+@pytest.mark.slow
 def test_an_unreachable_cluster_is_one_line_in_bounded_time_and_nothing_is_made(tiny_model_dir, tmp_path, address,
                                                                                  reason, monkeypatch):
     """Ray's own connection retries went on for minutes; one TCP connection (at most CONNECT_TIMEOUT_S) decides."""
@@ -328,6 +329,7 @@ print(json.dumps({"code": code, "driver": driver, "lowered": lowered}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who", ["as_started", "unprivileged"])
 def test_a_cell_runs_at_the_driver_s_niceness_not_its_ray_worker_s(tmp_path, who):
     """Issue 53: Ray starts its workers at nice 15 and each cell's finetune inherited it (a sweep 5x slower than

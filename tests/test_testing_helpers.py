@@ -39,6 +39,7 @@ def test_heads_config_and_seed(head, cls):
         tiny_bert(head="pooler")
 
 
+@pytest.mark.slow
 def test_saved_with_its_tokenizer(tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
@@ -68,6 +69,7 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_of_recall_cli_imports_it():
     assert "recall_cli.errors" in imported_modules(PACKAGE / "recipe" / "build.py")  # `from ..errors import ...` resolves
     importers = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if path != PACKAGE / "testing.py"

@@ -24,6 +24,7 @@ def training(tiny_model_dir, tmp_path):
     return set_up(prepared, Reporter(), rundir.NewRunDir(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_path):
     run = tmp_path / "run"
     # .recall.lock: the writer's lock, held for the run's life (finetune removes it at the end)
@@ -33,6 +34,7 @@ def test_set_up_writes_the_run_directory_before_the_first_step(training, tmp_pat
     assert len(training.pairs) == len([n for n, _ in training.model.named_parameters() if n.startswith("bert.")])
 
 
+@pytest.mark.slow
 def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(training, monkeypatch):
     batches, samples = micro_batches(training)
     assert (len(batches), samples, training.state.micro_step) == (2, 16, 2)
@@ -61,6 +63,7 @@ def test_train_step_returns_the_loss_tensor_without_reading_it_on_the_host(train
     assert any(not torch.equal(b, p) for b, p in zip(before, training.compute.params))
 
 
+@pytest.mark.slow
 def test_gradients_owned_after_the_first_micro_batch_train_as_the_plain_step(tiny_model_dir, tmp_path, monkeypatch):
     """Under CUDA graphs the step copies the gradients out of the graphs' memory after its first
     micro-batch (compiled.own_gradients). Here, on the CPU, the path runs with that copy forced:
