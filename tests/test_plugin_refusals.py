@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from conftest import tiny_recipe, write_recipe
 from test_plugins import plugin_path, recall
 
+from recall_cli.cli import app
 from recall_cli.errors import PluginError, RecipeError
 from recall_cli.plugins import loader
 from recall_cli.plugins import methods as registry
@@ -71,6 +73,24 @@ def test_a_plugin_import_that_exits_or_fails_names_the_plugin(install, body, wor
     with pytest.raises(PluginError, match=r"^the method plugin quits \(plug_quits_\d+\) failed to load: ") as caught:
         registry.methods()
     assert words in str(caught.value)
+
+
+def test_a_plugin_import_that_raises_generator_exit_names_the_plugin(install):
+    install(quits="raise GeneratorExit")
+    with pytest.raises(PluginError, match=r"^the method plugin quits \(plug_quits_\d+\) failed to load: GeneratorExit \("):
+        registry.methods()
+
+
+def test_an_interrupt_in_a_plugin_stays_a_stop_and_its_line_names_the_plugin(install, tmp_path, tiny_model_dir):
+    """A KeyboardInterrupt while a plugin is imported is a stop (exit 130), not the plugin's fault to name as
+    an error: Ctrl-C and a plugin's own raise look alike. The stop's line says where it came."""
+    install(quits="raise KeyboardInterrupt")
+    path = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_dir, tmp_path / "run"))
+    result = CliRunner().invoke(app, ["finetune", str(path), "--dry-run"])
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines()[-1].startswith(
+        "interrupted while importing the method plugin quits (plug_quits_")
+    assert not (tmp_path / "run").exists()
 
 
 # ---- a name that is taken is refused, not dropped --------------------------------------------------
@@ -175,6 +195,8 @@ def test_a_check_returning_a_string_is_one_problem(install, tmp_path, tiny_model
     ("raise KeyError('weight')", "check() raised KeyError: 'weight' (fix the plugin, or uninstall it)"),
     ("return 3", "check() returned int, not a list of problems"),
     ("return [1, 2]", "check() returned list, not a list of problems"),
+    ("import sys; sys.exit(0)", "check() called sys.exit(0) (fix the plugin, or uninstall it)"),
+    ("raise GeneratorExit", "check() raised GeneratorExit (fix the plugin, or uninstall it)"),
 ])
 def test_a_check_that_raises_or_returns_nonsense_names_the_plugin(install, tmp_path, tiny_model_dir, returns, words):
     from recall_cli.recipe import recipe_from_dict
@@ -218,6 +240,10 @@ register_method(Bad())
     ("return outputs.logits.pow(2).mean(0)", "returned a tensor of shape (3,), not a scalar"),
     ("return torch.tensor(outputs.logits.pow(2).mean().item())", "returned a tensor without a gradient"),
     ("return outputs.logits.detach().pow(2).mean()", "returned a tensor without a gradient"),
+    ("import sys; sys.exit(0)", "called sys.exit(0) (fix the plugin, or uninstall it)"),
+    ("return torch.zeros((), requires_grad=True) * 1.0", "returned a tensor that no weight of the model reaches"),
+    ("return (outputs.logits.detach() * 0 + torch.ones(1, requires_grad=True)).sum()", "no weight of the model reaches"),
+    ("return outputs.logits.pow(2).mean() * (1 + 1j)", "returned a torch.complex64 tensor, not a real"),
 ])
 def test_a_plugin_term_that_breaks_its_contract_is_one_line_naming_plugin_and_term(install, body, words):
     install(badterm=term_plugin(body))
@@ -226,6 +252,18 @@ def test_a_plugin_term_that_breaks_its_contract_is_one_line_naming_plugin_and_te
     with pytest.raises(PluginError, match=r"^the method plugin badterm \(plug_badterm_\d+\): its loss term 'bad' ") as caught:
         started.terms[0](_Out(logits), {})
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_term_that_reads_the_weights_and_not_the_outputs_is_taken():
+    """A term may be computed from the model's parameters alone (a penalty on the weights, as EWC's is)."""
+    model = torch.nn.Linear(3, 2)
+    term = registry.CheckedTerm(lambda outputs, batch, indices=None: model.weight.pow(2).sum(), "a plugin", model)
+    logits = model(torch.randn(4, 3))
+    assert term({"logits": logits}, {}).requires_grad
+    detached = registry.CheckedTerm(lambda outputs, batch, indices=None: torch.ones((), requires_grad=True) * 2,
+                                    "a plugin", model)
+    with pytest.raises(PluginError, match="no weight of the model reaches"):
+        detached({"logits": logits}, {})
 
 
 def test_a_good_plugin_term_passes_through_unchanged(install):

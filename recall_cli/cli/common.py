@@ -220,6 +220,8 @@ def run_guarded(fn, interrupted_hint: str | Callable[[], str | None] | None = RE
     def stopped(stop: BaseException) -> typer.Exit:
         hint = interrupted_hint() if callable(interrupted_hint) else interrupted_hint
         what, code = ("stopped by SIGTERM", ExitCode.PREEMPTED) if isinstance(stop, Terminated) else ("interrupted", ExitCode.INTERRUPTED)
+        if getattr(stop, "recall_where", None):  # it arrived while a plugin was imported (plugins.loader.plugin_code)
+            what += f" {stop.recall_where}"
         typer.echo(what + (f": {hint}" if hint else ""), err=True)
         return typer.Exit(code)
 

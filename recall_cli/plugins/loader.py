@@ -12,8 +12,9 @@ rather than one group with kinds: a package's pyproject says what it adds in the
 ``importlib.metadata`` lists a kind without loading the others (`recall merge` never imports a probe
 plugin), and a broken plugin fails only the commands that use its kind.
 
-What a plugin cannot do here, whatever it does at import: end the process (``sys.exit`` is caught like an
-exception and named), take a name that is already taken without saying so (refused in one line naming the
+What a plugin cannot do here, whatever it does at import or in a hook (:func:`plugin_code`): end the process
+(``sys.exit``, ``GeneratorExit`` are caught like an exception and named; a KeyboardInterrupt stays the stop it is,
+and the stop's line names the plugin), take a name that is already taken without saying so (refused in one line naming the
 plugin, or, with ``replace=True``, announced on stderr), or fail with a traceback that names neither the
 plugin nor its package. Standard library only, and nothing of recall but errors.py: the ground floor
 (docs/layers.md).
@@ -22,6 +23,7 @@ plugin nor its package. Standard library only, and nothing of recall but errors.
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 import sys
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
@@ -34,7 +36,37 @@ def failure(exc: BaseException) -> str:
     """An exception a plugin raised (or a sys.exit it called), in words for the one line that names it."""
     if isinstance(exc, SystemExit):
         return f"it called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def raised(exc: BaseException) -> str:
+    """What a plugin's hook did, after its name: "raised KeyError: 'x'", "called sys.exit(0)"."""
+    return f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {failure(exc)}"
+
+
+@contextmanager
+def plugin_code(said: str, fix: str = "fix the plugin, or uninstall it", *, ours: bool = False,
+                how: Callable[[BaseException], str] = raised, importing: str | None = None) -> Iterator[None]:
+    """Runs a plugin's code: whatever it raises but a stop is its fault, one PluginError line "{said} {how(it)}
+    ({fix})". Not only exceptions: a sys.exit would end every command with its code having done nothing (exit 0
+    looks like success), a GeneratorExit with a traceback. A KeyboardInterrupt (Ctrl-C, SIGTERM's Terminated)
+    stays a stop, exit 130/143, whoever raised it: Ctrl-C and a plugin's own raise look alike. ``importing`` (the
+    plugin being imported) goes with it, so that the stop's line says where it came: an import that raises it
+    stops every command of its kind, and the line is all that names the plugin. A stop inside a hook that runs
+    each step is a stop like any other. ``ours``: recall's own entry, whose failure is recall's, left as it is."""
+    if ours:
+        yield
+        return
+    try:
+        yield
+    except PluginError:
+        raise
+    except KeyboardInterrupt as stop:
+        if importing:
+            stop.recall_where = importing
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a plugin's fault, named instead of a traceback or an exit
+        raise PluginError(f"{said} {how(exc)} ({fix})") from None
 
 
 class Registry(Generic[T]):
@@ -106,11 +138,9 @@ than the name (a method's switch and section)."""
 
     def _admit_plugin(self, entry_point: Any) -> None:
         where = f"the {self.kind} plugin {entry_point.name} ({entry_point.value})"
-        try:
-            loaded = entry_point.load()
-        except (Exception, SystemExit) as exc:  # a broken plugin names itself instead of failing every command
-            raise PluginError(f"{where} failed to load: {failure(exc)} (fix or uninstall the package that "
-                              "provides it)") from None
+        with plugin_code(f"{where} failed to load:", "fix or uninstall the package that provides it", how=failure,
+                         importing=f"while importing {where}"):
+            loaded = entry_point.load()  # a broken plugin names itself instead of failing every command
         try:
             entry = self.admit(loaded)
         except (TypeError, ValueError) as exc:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from ..errors import PluginError
-from .loader import Registry, admit_instance, failure
+from .loader import Registry, admit_instance, plugin_code
 
 ENTRY_POINT_GROUP = "recall_cli.methods"
 # recall's own rooms, in the order tables, labels and summary.json list the methods.
@@ -276,12 +276,8 @@ def asked(method: Method, hook: str, *args: Any) -> list[str]:
     """A method's problems from one of its check hooks (check, check_steps, check_inputs), as a list of
     lines whatever the hook returned: one string is one problem, None none. A hook that raises, or returns
     something else, is the plugin's fault: PluginError naming the method and the hook."""
-    try:
+    with plugin_code(f"{_who(method)}: {hook}()", ours=is_builtin(method)):
         found = getattr(method, hook)(*args)
-    except PluginError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug, named instead of a traceback
-        raise PluginError(f"{_who(method)}: {hook}() raised {failure(exc)} (fix the plugin, or uninstall it)") from None
     if found is None:
         return []
     if isinstance(found, str):
@@ -295,12 +291,8 @@ def asked(method: Method, hook: str, *args: Any) -> list[str]:
 def extra_bytes(method: Method, view: Any) -> int:
     """``method.extra_bytes(view)`` as a whole number of bytes: a hook that raises, or returns something else
     (a float, a negative count, None), is the plugin's fault: PluginError naming the method."""
-    try:
+    with plugin_code(f"{_who(method)}: extra_bytes()", ours=is_builtin(method)):
         found = method.extra_bytes(view)
-    except PluginError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug, named instead of a traceback
-        raise PluginError(f"{_who(method)}: extra_bytes() raised {failure(exc)} (fix the plugin, or uninstall it)") from None
     if isinstance(found, bool) or not isinstance(found, int) or found < 0:
         raise PluginError(f"{_who(method)}: extra_bytes() returned {found!r}, not a number of bytes (an int >= 0; 0 for none)")
     return found
@@ -354,52 +346,89 @@ def start(method: Method, run: Any) -> MethodRun | None:
     (:class:`CheckedTerm`), and a start that raises named."""
     if is_builtin(method):
         return method.start(run)
-    try:
+    with plugin_code(f"{_who(method)}: start()"):
         started = method.start(run)
-    except PluginError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise PluginError(f"{_who(method)}: start() raised {failure(exc)} (fix the plugin, or uninstall it)") from None
     if started is not None:
-        started.terms = [CheckedTerm(term, _who(method)) for term in started.terms]
+        started.terms = [CheckedTerm(term, _who(method), getattr(run, "model", None)) for term in started.terms]
     return started
 
 
 class CheckedTerm:
-    """A plugin's loss term, held to the contract (training/loss.py's Term) at each call: a scalar tensor
-    with a gradient. A term that raises, returns a float, None or a vector, or a tensor no gradient flows
-    through (it would train as a constant) ends the run in one line naming the plugin and the term."""
+    """A plugin's loss term, held to the contract (training/loss.py's Term) at each call: a real scalar tensor
+    that the model's weights reach. A term that raises, returns a float, None, a vector or a complex number, or a
+    tensor no gradient flows back from to the model (made outside autograd, or from a tensor of its own: it would
+    train as a constant) ends the run in one line naming the plugin and the term."""
 
-    def __init__(self, term: Any, who: str):
-        self.term, self.who = term, who
+    def __init__(self, term: Any, who: str, model: Any = None):
+        self.term, self.who, self.model = term, who, model
         self.name = getattr(term, "name", type(term).__name__)
         self.needs_hidden_states = bool(getattr(term, "needs_hidden_states", False))
+        self.reaches_checked = False  # whether the model reaches it: asked once, on the first call with a gradient
 
     def weight(self, step: int) -> float:
-        return self.term.weight(step)
+        with plugin_code(f"{self.who}: its loss term {self.name!r}'s weight()"):
+            return self.term.weight(step)
 
     def __call__(self, outputs: Any, batch: Any, indices: Any = None) -> Any:
         import torch
 
         where = f"{self.who}: its loss term {self.name!r}"
-        try:
+        with plugin_code(where):
             value = self.term(outputs, batch, indices)
-        except PluginError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise PluginError(f"{where} raised {failure(exc)} (fix the plugin, or uninstall it)") from None
         if not isinstance(value, torch.Tensor):
             raise PluginError(f"{where} returned {type(value).__name__}, not a tensor: return a scalar tensor "
                               "computed from the model's outputs")
         if value.dim() != 0:
             raise PluginError(f"{where} returned a tensor of shape {tuple(value.shape)}, not a scalar: reduce it "
                               "(.mean() or .sum())")
+        if not value.is_floating_point():
+            raise PluginError(f"{where} returned a {value.dtype} tensor, not a real floating-point number: a loss "
+                              "is real (take .abs() or .real of a complex one)")
         if torch.is_grad_enabled() and not value.requires_grad:
             raise PluginError(f"{where} returned a tensor without a gradient (made outside autograd: .item(), "
                               "torch.tensor(...), torch.no_grad()): it would train as a constant; compute it from "
                               "the model's outputs")
+        if torch.is_grad_enabled() and not self.reaches_checked:
+            self.reaches_checked = True
+            if not _reaches_model(value, outputs, self.model):
+                raise PluginError(f"{where} returned a tensor that no weight of the model reaches (computed from a "
+                                  "tensor of its own, not from the model's outputs or parameters): it would train "
+                                  "as a constant; compute it from the model's outputs")
         return value
 
+
+def _reaches_model(value: Any, outputs: Any, model: Any) -> bool:
+    """Whether ``value``'s autograd graph leads back to the model: to one of its outputs' tensors, or to one of
+    its trainable parameters (a term may read the weights directly, as EWC's does). Walked once per term."""
+    import torch
+
+    ends: set = set()  # the outputs' autograd nodes
+    weights = {id(p) for p in model.parameters() if p.requires_grad} if model is not None else set()
+    found = [outputs]
+    while found:  # the outputs' tensors, through the mappings, tuples and lists that hold them
+        item = found.pop()
+        if isinstance(item, torch.Tensor):
+            if item.grad_fn is not None:
+                ends.add(item.grad_fn)
+            elif item.requires_grad:
+                weights.add(id(item))
+        elif isinstance(item, Mapping):
+            found.extend(item.values())
+        elif isinstance(item, (tuple, list)):
+            found.extend(item)
+        elif item is outputs and hasattr(item, "__dict__"):  # an outputs object of the model's own
+            found.extend(vars(item).values())
+    seen: set = set()
+    nodes = [value.grad_fn]
+    while nodes:
+        node = nodes.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node in ends or id(getattr(node, "variable", None)) in weights:
+            return True
+        nodes.extend(after for after, _ in node.next_functions)
+    return not ends and not weights  # nothing to hold it against: not refused
 
 
 def labels(recipe: Any, on: list[Method] | None = None) -> list[str]:
