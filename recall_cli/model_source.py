@@ -98,7 +98,8 @@ def load_gguf(what: str, loader, name: str, call_loader, **kwargs):
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":  # every GGUF file begins so; transformers would fail on it with a bare struct.error
-        raise ModelLoadError(_unreadable_gguf(name, f"it begins with {magic!r}, not b'GGUF'"))
+        # Not the file's bytes in the line: the path may name any file (a link out of the folder), not a model.
+        raise ModelLoadError(_unreadable_gguf(name, "it does not begin with GGUF's magic bytes"))
     if what == "model":
         from transformers import GgufConfig
 

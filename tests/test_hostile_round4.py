@@ -133,20 +133,25 @@ def tiny_gguf(path: Path) -> bytes:
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("cut", [4, 24, 100, "mid-tensor", "not a gguf"])
+@pytest.mark.parametrize("cut", [4, 24, 100, "mid-tensor", "not a gguf", "a link to another file"])
 def test_a_truncated_or_foreign_gguf_is_one_line_naming_the_file(lm_dir, tmp_path, cut):
     pytest.importorskip("gguf")
     folder = tmp_path / "gguf"
     folder.mkdir()
     whole = tiny_gguf(tmp_path / "whole.gguf")
     data = {"mid-tensor": whole[: len(whole) - 1000], "not a gguf": b"<html>404</html>"}.get(cut)
-    (folder / "m.gguf").write_bytes(data if data is not None else whole[:cut])
+    if cut == "a link to another file":  # a link out of the folder is followed (the hub's cache links its blobs) ...
+        (tmp_path / "secret.txt").write_text("s3cr3t:x:0:0")
+        (folder / "m.gguf").symlink_to(tmp_path / "secret.txt")
+    else:
+        (folder / "m.gguf").write_bytes(data if data is not None else whole[:cut])
     recipe = lm_recipe(lm_dir, tmp_path / "out", model={"name_or_path": str(folder), "gguf_file": "m.gguf"})
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     result = invoke("finetune", tmp_path / "r.yaml", "--dry-run", "--plain")
     line = one_error_line(result)
     assert f"{folder / 'm.gguf'}: not a readable GGUF file (" in line
     assert "it is truncated (a partial download?) or not a GGUF file; download or copy it again" in line
+    assert "s3cr" not in line  # ... and the line quotes none of the file's bytes
     assert not (tmp_path / "out").exists()
 
 
@@ -204,12 +209,28 @@ DAMAGE = {
     "pickle only": (lambda f, c: (torch.save({"x": torch.zeros(1)}, f / "adapter_model.bin"),
                                   (f / "adapter_model.safetensors").unlink()),
                     "adapter_model.safetensors is missing (adapter_model.bin is a pickle, which recall does not load)"),
+    "deep config": (lambda f, c: (f / "adapter_config.json").write_text("[" * 100_000 + "]" * 100_000),
+                    "adapter_config.json: nested too deeply to be peft's config"),
+    "alpha nan": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, lora_alpha=float("nan"))),
+                  "adapter_config.json: lora_alpha is nan, not a LoRA scale (a finite number > 0)"),
+    "alpha text": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, lora_alpha="8")),
+                   "adapter_config.json: lora_alpha is '8', not a LoRA scale"),
+    "nan weights": (lambda f, c: _poison_adapter(f, float("nan")), "adapter_model.safetensors: base_model.model."),
+    "inf weights": (lambda f, c: _poison_adapter(f, float("-inf")), "holds NaN or inf (the LoRA run diverged"),
     "another model's layers": (lambda f, c: (f / "adapter_config.json").write_text(_set_config(c, target_modules=["q_proj"])),
                                "'s adapter/ does not load onto "),
 }
 
 
 @pytest.mark.slow
+def _poison_adapter(folder: Path, value: float) -> None:
+    weights = load_file(folder / "adapter_model.safetensors")
+    first = sorted(weights)[0]
+    weights[first] = weights[first].clone()
+    weights[first][0, 0] = value
+    save_file(weights, folder / "adapter_model.safetensors")
+
+
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_intruders_with_a_damaged_adapter_is_one_line_and_never_asks_the_hub(lora_checkpoint, tiny_model_dir, tmp_path,
                                                                            monkeypatch, damage):
@@ -248,6 +269,8 @@ def anchor_files(tmp: Path) -> dict[str, Path]:
     files = {"empty.txt": b"", "binary.txt": bytes(range(128, 256)) * 4,
              "deep.jsonl": b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
              "wide.csv": b"text\n" + b"a" * 131_073 + b"\n",
+             "bigint.jsonl": b'{"text": ' + b"7" * 5000 + b"}\n",
+             "surrogate.jsonl": b'{"text": "a cat \\ud800 sat"}\n',
              "prose.txt": Path(DEFAULT_LM_TEXTS).read_bytes()}
     for name, data in files.items():
         (tmp / name).write_bytes(data)
@@ -260,6 +283,8 @@ ANCHOR_REFUSALS = {
     "binary.txt": "keep.texts: {path} is not UTF-8 text (byte 0): save it as UTF-8",
     "deep.jsonl": "keep.texts: {path} line 1: nested too deeply to read: write one flat JSON object per line",
     "wide.csv": "keep.texts: {path} line 2: malformed row (field larger than field limit (131072))",
+    "bigint.jsonl": "keep.texts: {path} line 1: a number with more digits than can be read (over 4,300)",
+    "surrogate.jsonl": "keep.texts: {path} line 1: holds a lone UTF-16 surrogate",
     "prose.txt": "keep.next_token: 60 of the LM anchor's 60 texts are texts the lm/kl probes score",
 }
 
@@ -279,7 +304,7 @@ def test_the_lm_anchor_refuses_its_texts_in_the_dry_run_as_in_the_run(lm_dir, tm
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["deep.jsonl", "wide.csv"])
+@pytest.mark.parametrize("name", ["deep.jsonl", "wide.csv", "bigint.jsonl", "surrogate.jsonl"])
 def test_the_embedding_anchor_reads_its_texts_with_the_same_reader(tiny_model_dir, tmp_path, name):
     from conftest import tiny_recipe, write_recipe
 
@@ -348,6 +373,8 @@ def test_a_pickle_torch_warns_about_is_recalls_one_line_alone(tiny_model_dir, tm
     ({"prompt": False, "completion": " cat"}, "field 'prompt' is false (a JSON boolean), not text"),
     ('{"prompt": "The", "completion": NaN}', "field 'completion' is nan (JSON's NaN or Infinity), not a value"),
     ('{"prompt": -Infinity, "completion": " cat"}', "field 'prompt' is -inf (JSON's NaN or Infinity), not a value"),
+    ('{"prompt": "The", "completion": ' + "9" * 5000 + "}", "a number with more digits than can be read (over 4,300)"),
+    ('{"prompt": "The \\udc00", "completion": " cat"}', "holds a lone UTF-16 surrogate"),
 ])
 def test_custom_lm_refuses_a_boolean_or_nan_where_text_is_learnt(lm_dir, tmp_path, row, said):
     """They were learnt as the text "True" / "nan"."""
@@ -390,8 +417,12 @@ def test_loss_step_on_a_batch_with_no_label_to_learn_says_so(lm_dir):
     model = AutoModelForCausalLM.from_pretrained(lm_dir)
     ids = torch.tensor([[2, 5, 6, 7], [2, 8, 9, 0]])
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.full_like(ids, -100)}
-    with pytest.raises(ValueError, match=r"loss_step: every label in the batch is -100 \(ignored by the loss, 8 of "
+    with pytest.raises(ValueError, match=r"loss_step: every label the loss reads is -100 \(ignored by the loss, 6 of "
                                          r"them\): the model's mean loss over no token would be NaN"):
+        recall_cli.loss_step(model, batch, [], step=1)
+    batch["labels"][:, 0] = ids[:, 0]  # labels at the first position only: the causal shift drops them all
+    with pytest.raises(ValueError, match=r"every label the loss reads is -100 after the shift that drops each row's "
+                                         r"first position"):
         recall_cli.loss_step(model, batch, [], step=1)
     batch["labels"][1, 2] = 9  # one token to learn: a finite loss, as before
     loss, _ = recall_cli.loss_step(model, batch, [], step=1)

@@ -23,6 +23,7 @@ left as they were).
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -123,6 +124,7 @@ def read_adapter(lora: Source) -> dict[str, Any]:
     UTF-8 with a rank >= 1 and target_modules as a list of names, the weights a complete safetensors file. peft
     would fail on each with its own exception (exit 1), print the whole model for a regex that matches nothing,
     ask the hub for weights that are missing, and unpickle an adapter_model.bin."""
+    import torch
     from safetensors import SafetensorError, safe_open
 
     folder = lora.folder / ADAPTER_DIR
@@ -134,6 +136,8 @@ def read_adapter(lora: Source) -> dict[str, Any]:
         raise MergeError(f"{path}: not UTF-8 text (byte {exc.start}): {again}") from None
     except ValueError as exc:
         raise MergeError(f"{path}: not JSON ({exc}): {again}") from None
+    except RecursionError:  # nesting deeper than json's parser goes
+        raise MergeError(f"{path}: nested too deeply to be peft's config: {again}") from None
     if not isinstance(config, dict):
         raise MergeError(f"{path}: holds a JSON {type(config).__name__}, not the object peft writes: {again}")
     if config.get("peft_type") != "LORA" or config.get("use_dora"):
@@ -141,6 +145,9 @@ def read_adapter(lora: Source) -> dict[str, Any]:
     rank = config.get("r")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise MergeError(f"{path}: r is {rank!r}, not a LoRA rank (a whole number >= 1): {again}")
+    alpha = config.get("lora_alpha", 8)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise MergeError(f"{path}: lora_alpha is {alpha!r}, not a LoRA scale (a finite number > 0): {again}")
     targets = config.get("target_modules")
     if not (isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)):
         raise MergeError(f"{path}: target_modules is {json.dumps(targets)[:80]}, not a list of module names (a string "
@@ -152,12 +159,15 @@ def read_adapter(lora: Source) -> dict[str, Any]:
                                                     if pickled else "") + f": {again}")
     try:
         with safe_open(str(weights), framework="pt") as f:
-            for name in f.keys():
-                f.get_slice(name)
+            # Read whole (an adapter is small): a NaN or inf would reach peft's SVD, which fails to converge on it.
+            poisoned = next((name for name in f.keys() if not torch.isfinite(f.get_tensor(name)).all()), None)
     except (SafetensorError, OSError) as exc:
         from ..model import unreadable_weights
 
         raise MergeError(unreadable_weights(weights, exc)) from None
+    if poisoned is not None:
+        raise MergeError(f"{weights}: {poisoned} holds NaN or inf (the LoRA run diverged, or the file was damaged): "
+                         f"{again}")
     return config
 
 

@@ -182,9 +182,25 @@ def jsonl_objects(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]
             raise DataError(f"{path} line {line}: invalid JSON ({err.msg}): write one JSON object per line") from None
         except RecursionError:  # nesting deeper than the parser goes
             raise DataError(f"{path} line {line}: nested too deeply to read: write one flat JSON object per line") from None
+        except ValueError:  # an integer past Python's limit on digits (4,300): json raises it as a plain ValueError
+            raise DataError(f"{path} line {line}: a number with more digits than can be read (over 4,300): write it "
+                            "as text or shorten it") from None
         if not isinstance(record, dict):
             raise DataError(f"{path} line {line}: expected a JSON object, found {type(record).__name__}")
+        if "\\ud" in raw.lower() and not _is_text(record):
+            raise DataError(f"{path} line {line}: holds a lone UTF-16 surrogate (an escape from \\ud800 to \\udfff "
+                            "without its pair), which is no character: fix the text or remove the row")
         yield line, record
+
+
+def _is_text(record: dict[str, Any]) -> bool:
+    """Whether every string in ``record`` is text UTF-8 can write: json reads a lone surrogate escape ("\\ud800")
+    into a string that the tokenizer and every file writer then refuse with a bare error."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _jsonl_records(path: Path, text: str, columns: list[str], fix: str) -> Iterator[tuple[int, list[str]]]:

@@ -54,10 +54,14 @@ def _check_some_label(batch: dict[str, Tensor]) -> None:
     labels = batch.get("labels")
     if labels is None or not hasattr(labels, "dtype") or labels.dtype.is_floating_point or labels.numel() == 0:
         return  # no labels (_check_task_loss says so), or a regression's scores
-    if not bool((labels != -100).any()):
-        raise ValueError(f"loss_step: every label in the batch is -100 (ignored by the loss, {labels.numel()} of them): "
-                         "the model's mean loss over no token would be NaN; give each batch at least one label to "
-                         "learn (a causal LM's completion tokens), or leave the batch out")
+    # A causal LM's labels (one per token, rows x positions) are shifted by the model before the loss: the first
+    # position's label predicts nothing and is dropped, so a batch labelled only there has no token to learn either.
+    read = labels[:, 1:] if labels.dim() == 2 else labels
+    if not bool((read != -100).any()):
+        shifted = " after the shift that drops each row's first position" if labels.dim() == 2 and bool((labels != -100).any()) else ""
+        raise ValueError(f"loss_step: every label the loss reads is -100{shifted} (ignored by the loss, {read.numel()} of "
+                         "them): the model's mean loss over no token would be NaN; give each batch at least one label to "
+                         "learn (a causal LM's completion tokens, after its first position), or leave the batch out")
 
 
 def _check_task_loss(outputs: Any, batch: dict[str, Tensor]) -> None:
