@@ -111,6 +111,11 @@ def test_a_cell_whose_ray_worker_dies_resumes_from_its_last_checkpoint(tiny_mode
     (["--backend", "ray", "--gpus-per-cell", "nan"], "--gpus-per-cell must be a number >= 0, got nan"),
     (["--backend", "ray", "--gpus-per-cell", "1.5"], "above 1 it must be a whole number"),
     (["--backend", "ray", "--cpus-per-cell", "-1"], "--cpus-per-cell must be a number >= 0"),
+    # Issue 52: a share finer than Ray's unit (0.0001) was Ray's ValueError, exit 1, after sweep.json and logs/ were made.
+    (["--backend", "ray", "--cpus-per-cell", "0.00001"], "--cpus-per-cell 1e-05: Ray counts a share in steps of 0.0001, "
+                                                          "so this one would be none: give at least 0.0001"),
+    (["--backend", "ray", "--gpus-per-cell", "0.00009"], "--gpus-per-cell 9e-05: Ray counts a share in steps of 0.0001, "
+                                                          "so this one would be none: give at least 0.0001 (or 0 for no GPU)"),
 ])
 def test_ray_options_are_refused_in_one_line_before_anything_is_made(tiny_model_dir, tmp_path, args, message):
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
@@ -118,6 +123,44 @@ def test_ray_options_are_refused_in_one_line_before_anything_is_made(tiny_model_
     assert result.exit_code == 2 and message in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_share_ray_refuses_is_one_line_before_the_index_is_written(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 52: the cells' Ray options were made after sweep.json and logs/ were written, so a share Ray refused
+    (a rule check_resources does not know, as another Ray may have) was its ValueError, exit 1, and a half-made sweep.
+    A stand-in Ray that refuses every share: one line, nothing made, the Ray the sweep started shut down."""
+    from recall_cli.sweep import on_ray
+
+    said = []
+
+    class RefusingRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            said.append("init")
+
+        def shutdown(self):
+            said.append("shutdown")
+
+        def cluster_resources(self):
+            return {"CPU": 2.0}
+
+        def remote(self, function):
+            class Options:
+                def options(self, **kwargs):
+                    raise ValueError(f"num_cpus={kwargs['num_cpus']} is not a share this Ray\ntakes")
+            return Options()
+
+    monkeypatch.setattr(on_ray, "import_ray", lambda address=None: RefusingRay())
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--cpus-per-cell", "0.5"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: Ray refused the cells' shares (--cpus-per-cell 0.5, --gpus-per-cell 0): num_cpus=0.5 is not a share "
+        "this Ray takes; nothing was written"]
+    assert said == ["init", "shutdown"] and not (tmp_path / "out").exists()
 
 
 def test_without_ray_the_backend_names_the_extra(tiny_model_dir, tmp_path, monkeypatch):

@@ -51,12 +51,22 @@ def import_ray(address: str | None = None) -> Any:
     return ray
 
 
+# Ray's unit of a fractional resource (ray._raylet.RESOURCE_UNIT_SCALING is 10,000): a positive share below it is a
+# ValueError from .options(), raised once the sweep's index is written were it not checked here.
+RESOURCE_STEP = 0.0001
+
+
 def check_resources(gpus_per_cell: float, cpus_per_cell: float) -> None:
+    """The cells' shares as Ray would take them, asked of nothing (no Ray started): SweepError for one it refuses."""
     for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
         if not math.isfinite(value) or value < 0:
             raise SweepError(f"{name} must be a number >= 0, got {value}")
     if cpus_per_cell == 0:  # Ray would start every cell at once, each child with one thread and no CPU of its own
         raise SweepError("--cpus-per-cell must be more than 0 (each cell's finetune uses at least one CPU), got 0")
+    for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
+        if 0 < value < RESOURCE_STEP:  # Ray counts in steps of 0.0001 and refuses a share that rounds to none
+            raise SweepError(f"{name} {value:g}: Ray counts a share in steps of {RESOURCE_STEP:g}, so this one would be "
+                             f"none: give at least {RESOURCE_STEP:g}" + (" (or 0 for no GPU)" if "gpus" in name else ""))
     if gpus_per_cell > 1 and gpus_per_cell != int(gpus_per_cell):
         raise SweepError(f"--gpus-per-cell {gpus_per_cell}: above 1 it must be a whole number of GPUs")
 
@@ -137,11 +147,12 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
         _start(ray, address, head)
     try:
         _check_cluster_fits(ray, gpus_per_cell, cpus_per_cell)
+        task = _cell_task(ray, gpus_per_cell, cpus_per_cell)
         if announce:
             echo(announce)
         todo = begin(sweep, echo)
         (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
-        return _run_tasks(ray, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
+        return _run_tasks(ray, task, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
     finally:
         if started_here:
             ray.shutdown()
@@ -205,9 +216,18 @@ def quiet_token_warning(address: str | None) -> None:
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
-def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,
+def _cell_task(ray: Any, gpus: float, cpus: float) -> Any:
+    """run_cell as a Ray task with the cells' shares, made before sweep.json is written: Ray checks the options here,
+    and one it refuses (check_resources knows its rules, another Ray may have more) is one line with nothing made."""
+    try:
+        return ray.remote(run_cell).options(num_cpus=cpus, num_gpus=gpus, max_retries=RETRIES, retry_exceptions=False)
+    except (ValueError, TypeError) as exc:
+        raise SweepError(f"Ray refused the cells' shares (--cpus-per-cell {cpus:g}, --gpus-per-cell {gpus:g}): "
+                         f"{' '.join(str(exc).split())[:240]}; nothing was written") from None
+
+
+def _run_tasks(ray: Any, task: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,
                echo: Callable[[str], None]) -> list[Cell]:
-    task = ray.remote(run_cell).options(num_cpus=cpus, num_gpus=gpus, max_retries=RETRIES, retry_exceptions=False)
     program = ["python", "-m", "recall_cli"]  # the worker's own interpreter, found by run_cell
     cwd = os.getcwd()
     threads = str(max(1, int(cpus)))
