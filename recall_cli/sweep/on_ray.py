@@ -71,9 +71,11 @@ def check_resources(gpus_per_cell: float, cpus_per_cell: float) -> None:
         raise SweepError(f"--gpus-per-cell {gpus_per_cell}: above 1 it must be a whole number of GPUs")
 
 
-# How long the driver tries to reach a cluster's head (a TCP connection) before it says it cannot: Ray's own
-# connection retries go on for minutes with a warning a second.
+# How long the driver waits for a cluster's head before it says it cannot, in seconds (RECALL_RAY_CONNECT_TIMEOUT sets
+# it): a TCP connection, then the first gRPC call Ray itself makes there. Ray's own retries went on for minutes, and
+# forever at a port that takes connections but is not Ray's, with a warning a second.
 CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_ENV = "RECALL_RAY_CONNECT_TIMEOUT"
 _ADDRESS_FIX = ("give auto (the cluster this machine's `ray start` joined), HOST:PORT (the head's GCS port, 6379 by "
                 "default) or ray://HOST:PORT (Ray Client, 10001), or leave --address out to start Ray on this machine")
 
@@ -91,18 +93,83 @@ def check_address(address: str | None) -> tuple[str, int] | None:
     return found.group(1).strip("[]"), int(found.group(2))
 
 
+def connect_timeout() -> float:
+    """The seconds _reach waits for a head: $RECALL_RAY_CONNECT_TIMEOUT, else CONNECT_TIMEOUT_S."""
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SweepError(f"{CONNECT_TIMEOUT_ENV}={raw!r}: give the seconds to wait for a Ray cluster's head, a number "
+                         f"above 0 (unset: {CONNECT_TIMEOUT_S:g})")
+    return seconds
+
+
 def _reach(address: str, head: tuple[str, int]) -> None:
-    """One TCP connection to the head, bounded by CONNECT_TIMEOUT_S: an unknown host or a head that does not answer
-    is one line (exit 2) before anything is made, not Ray's endless retries."""
+    """The head answers as Ray, within connect_timeout() seconds, or one line (exit 2) before anything is made: first
+    one TCP connection (an unknown host, a refused or silent port), then the call Ray's own client makes first (a
+    port that takes connections but speaks another protocol, or nothing: ray.init waited there forever)."""
     import socket
 
+    limit = connect_timeout()
+    deadline = time.monotonic() + limit
     try:
-        socket.create_connection(head, timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection(head, timeout=limit).close()
     except OSError as exc:  # socket.gaierror (unknown host), refused, timed out, unreachable
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise SweepError(f"--address {address}: no Ray cluster answers there ({reason}, tried for at most "
-                         f"{CONNECT_TIMEOUT_S:g} s): start it (ray start --head) or check the address; nothing was "
-                         "started or written") from None
+                         f"{limit:g} s): start it (ray start --head) or check the address; nothing was started or "
+                         "written") from None
+    _handshake(address, head, deadline - time.monotonic(), limit)
+
+
+def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float) -> None:
+    """One gRPC call with a deadline, made as Ray makes it (its channel: RAY_USE_TLS, the token when token
+    authentication is on): a GCS (HOST:PORT) is asked its cluster id, Ray's client's first question; Ray Client's
+    server (ray://) is pinged, as Ray Client does. Any answer but a reply is refused: Ray would not get further."""
+    import grpc
+
+    client = address.startswith("ray://")
+    if client:
+        from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType
+
+        method, request = "/ray.rpc.RayletDriver/ClusterInfo", ClusterInfoRequest(type=ClusterInfoType.PING)
+        what, fix = "a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)"
+    else:
+        from ray.core.generated.gcs_service_pb2 import GetClusterIdRequest
+
+        method, request = "/ray.rpc.NodeInfoGcsService/GetClusterId", GetClusterIdRequest()
+        what, fix = "a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"
+    host, port = head
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:  # another Ray's layout: a plain channel (no TLS, no token) still tells a GCS from another server
+        channel = grpc.insecure_channel(target)
+    else:
+        channel = init_grpc_channel(target)
+    try:
+        channel.unary_unary(method)(request.SerializeToString(), timeout=max(seconds, 0.01))
+        return
+    except grpc.RpcError as exc:
+        code, details = exc.code(), " ".join(str(exc.details() or "").split())
+    finally:
+        channel.close()
+    reason = details.rsplit(f":{port}: ", 1)[-1][:200]  # gRPC's last error, after "... ipv4:HOST:PORT: "
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        said = (f"the port takes connections, but nothing there answered as {what} within {limit:g} s "
+                f"({CONNECT_TIMEOUT_ENV} sets the wait)")
+    elif code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # Ray's token authentication
+        raise SweepError(f"--address {address}: the cluster refused this driver's token (gRPC {code.name}): "
+                         "set RAY_AUTH_MODE=token and give the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+                         "~/.ray/auth_token); nothing was started or written")
+    else:
+        said = f"the server there is not {what} (gRPC {code.name}{': ' + reason if reason else ''})"
+    raise SweepError(f"--address {address}: {said}: {fix}, or start the cluster (ray start --head); nothing was "
+                     "started or written")
 
 
 # The longest socket path a local Ray makes under its temp dir: "/session_<date>_<time>_<usec>_<pid>/sockets/
