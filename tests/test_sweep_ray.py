@@ -218,6 +218,27 @@ def test_a_malformed_address_is_refused_before_anything_is_made(tiny_model_dir, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value", [" ", "http://head:6379", "head"])
+def test_a_malformed_ray_address_variable_is_refused_by_name(tiny_model_dir, tmp_path, monkeypatch, value):
+    """Ray's own RAY_ADDRESS, read by ray.init when no --address (or auto) is given, is checked as --address is, named
+    as the variable; and the sweep does not take it for a local Ray (it would have set a local Ray's token mode)."""
+    from recall_cli.sweep import on_ray
+
+    monkeypatch.setenv("RAY_ADDRESS", value)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    on_ray.quiet_token_warning(None)
+    assert "RAY_AUTH_MODE" not in os.environ
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    for given in ([], ["--address", "auto"]):
+        result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray", *given])
+        assert result.exit_code == 2 and result.stdout == "", result.output
+        assert result.stderr.strip().splitlines() == [
+            f"error: RAY_ADDRESS={value!r}: not an address of a Ray cluster: give auto (the cluster this machine's `ray "
+            "start` joined), HOST:PORT (the head's GCS port, 6379 by default) or ray://HOST:PORT (Ray Client, 10001), or "
+            "unset RAY_ADDRESS to start Ray on this machine"]
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("address, reason", [("127.0.0.1:1", "Connection refused"), ("ray://127.0.0.1:1", "Connection refused"),
                                              ("no-such-head.invalid:6379", "")])
 @pytest.mark.slow
@@ -289,31 +310,36 @@ def not_ray(request):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", ["", "ray://"])
+@pytest.mark.parametrize("scheme, given", [("", "--address"), ("ray://", "--address"), ("", "RAY_ADDRESS"),
+                                           ("ray://", "RAY_ADDRESS")])
 def test_a_port_that_takes_connections_but_is_not_ray_is_one_line_in_bounded_time(tiny_model_dir, tmp_path, not_ray,
-                                                                                    scheme, monkeypatch):
+                                                                                    scheme, given, monkeypatch):
     """Issue 52: a port that accepts TCP but is not a Ray GCS (or Ray Client server) passed the TCP check, and ray.init
     waited there for ever (11 minutes until killed, a warning every 5 s). Now the first gRPC call Ray would make,
-    within RECALL_RAY_CONNECT_TIMEOUT seconds, decides: one line, exit 2, Ray never asked, nothing made."""
+    within RECALL_RAY_CONNECT_TIMEOUT seconds, decides: one line, exit 2, Ray never asked, nothing made. The same
+    for Ray's own RAY_ADDRESS (a Ray job sets it), which ray.init joins when no --address is given."""
     ray = pytest.importorskip("ray")
     limit = 2.0
     monkeypatch.setenv("RECALL_RAY_CONNECT_TIMEOUT", f"{limit:g}")
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was asked to connect"))
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
     address = f"{scheme}127.0.0.1:{not_ray.port}"
+    if given == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", address)
     started = time.monotonic()
     result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
-                                 "--address", address])
+                                 *(["--address", address] if given == "--address" else [])])
     seconds = time.monotonic() - started
     assert result.exit_code == 2 and result.stdout == "", result.output
     (line,) = result.stderr.strip().splitlines()
     what, fix = (("a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)") if scheme else
                  ("a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"))
+    named = f"--address {address}" if given == "--address" else f"RAY_ADDRESS={address}"
     if not_ray.kind == "http":  # it answers at once, in another protocol: no need to wait
-        assert line.startswith(f"error: --address {address}: the server there is not {what} (gRPC UNAVAILABLE: ")
+        assert line.startswith(f"error: {named}: the server there is not {what} (gRPC UNAVAILABLE: ")
         assert "HTTP/2" in line and seconds < limit
     else:
-        assert line.startswith(f"error: --address {address}: the port takes connections, but nothing there answered "
+        assert line.startswith(f"error: {named}: the port takes connections, but nothing there answered "
                                f"as {what} within 2 s (RECALL_RAY_CONNECT_TIMEOUT sets the wait): ")
         assert limit <= seconds < 3 * limit
     assert line.endswith(f": {fix}, or start the cluster (ray start --head); nothing was started or written")

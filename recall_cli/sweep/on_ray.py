@@ -80,16 +80,31 @@ _ADDRESS_FIX = ("give auto (the cluster this machine's `ray start` joined), HOST
                 "default) or ray://HOST:PORT (Ray Client, 10001), or leave --address out to start Ray on this machine")
 
 
+def joined_address(address: str | None) -> tuple[str | None, str]:
+    """The address ray.init joins, and the name a message gives it: --address; or, with none or auto, Ray's own
+    RAY_ADDRESS, which ray.init reads then (a Ray job sets it); None: Ray is started on this machine."""
+    if address in (None, "auto") and os.environ.get("RAY_ADDRESS"):  # as ray.init reads it: any value but empty
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    return address, "--address"
+
+
+def _named(address: str, source: str, quoted: bool = False) -> str:
+    shown = repr(address) if quoted else address
+    return f"RAY_ADDRESS={shown}" if source == "RAY_ADDRESS" else f"--address {shown}"
+
+
 def check_address(address: str | None) -> tuple[str, int] | None:
-    """--address as written (nothing is asked of the network): (host, port) of a head to reach, None for auto or
-    no address. SweepError for an address Ray could not use (empty, no port, another scheme)."""
+    """The address joined (joined_address) as written, nothing asked of the network: (host, port) of a head to reach,
+    None for auto or none. SweepError for an address Ray could not use (empty, no port, another scheme)."""
     import re
 
+    address, source = joined_address(address)
     if address is None or address in ("auto", "local"):
         return None
     found = re.fullmatch(r"(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})", address)
     if found is None or not 0 < int(found.group(2)) < 65536:
-        raise SweepError(f"--address {address!r}: not an address of a Ray cluster: {_ADDRESS_FIX}")
+        fix = _ADDRESS_FIX if source == "--address" else _ADDRESS_FIX.replace("leave --address out", "unset RAY_ADDRESS")
+        raise SweepError(f"{_named(address, source, quoted=True)}: not an address of a Ray cluster: {fix}")
     return found.group(1).strip("[]"), int(found.group(2))
 
 
@@ -108,7 +123,7 @@ def connect_timeout() -> float:
     return seconds
 
 
-def _reach(address: str, head: tuple[str, int]) -> None:
+def _reach(address: str, head: tuple[str, int], source: str = "--address") -> None:
     """The head answers as Ray, within connect_timeout() seconds, or one line (exit 2) before anything is made: first
     one TCP connection (an unknown host, a refused or silent port), then the call Ray's own client makes first (a
     port that takes connections but speaks another protocol, or nothing: ray.init waited there forever)."""
@@ -120,13 +135,13 @@ def _reach(address: str, head: tuple[str, int]) -> None:
         socket.create_connection(head, timeout=limit).close()
     except OSError as exc:  # socket.gaierror (unknown host), refused, timed out, unreachable
         reason = exc.strerror or str(exc) or type(exc).__name__
-        raise SweepError(f"--address {address}: no Ray cluster answers there ({reason}, tried for at most "
+        raise SweepError(f"{_named(address, source)}: no Ray cluster answers there ({reason}, tried for at most "
                          f"{limit:g} s): start it (ray start --head) or check the address; nothing was started or "
                          "written") from None
-    _handshake(address, head, deadline - time.monotonic(), limit)
+    _handshake(address, head, deadline - time.monotonic(), limit, source)
 
 
-def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float) -> None:
+def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float, source: str = "--address") -> None:
     """One gRPC call with a deadline, made as Ray makes it (its channel: RAY_USE_TLS, the token when token
     authentication is on): a GCS (HOST:PORT) is asked its cluster id, Ray's client's first question; Ray Client's
     server (ray://) is pinged, as Ray Client does. Any answer but a reply is refused: Ray would not get further."""
@@ -163,12 +178,12 @@ def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float
         said = (f"the port takes connections, but nothing there answered as {what} within {limit:g} s "
                 f"({CONNECT_TIMEOUT_ENV} sets the wait)")
     elif code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # Ray's token authentication
-        raise SweepError(f"--address {address}: the cluster refused this driver's token (gRPC {code.name}): "
+        raise SweepError(f"{_named(address, source)}: the cluster refused this driver's token (gRPC {code.name}): "
                          "set RAY_AUTH_MODE=token and give the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
                          "~/.ray/auth_token); nothing was started or written")
     else:
         said = f"the server there is not {what} (gRPC {code.name}{': ' + reason if reason else ''})"
-    raise SweepError(f"--address {address}: {said}: {fix}, or start the cluster (ray start --head); nothing was "
+    raise SweepError(f"{_named(address, source)}: {said}: {fix}, or start the cluster (ray start --head); nothing was "
                      "started or written")
 
 
@@ -203,6 +218,7 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
     logs/ is written: a refusal leaves nothing, and shuts down the Ray it started."""
     check_resources(gpus_per_cell, cpus_per_cell)
     head = check_address(address)
+    address, source = joined_address(address)  # ray.init would read RAY_ADDRESS itself; named here, it is checked
     ray = import_ray(address)
     if all(c.state == FINISHED for c in sweep.cells):
         if announce:
@@ -211,7 +227,7 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
         return []
     started_here = not ray.is_initialized()
     if started_here:  # a caller's own ray.init() (library use) is left as it is
-        _start(ray, address, head)
+        _start(ray, address, head, source)
     try:
         _check_cluster_fits(ray, gpus_per_cell, cpus_per_cell)
         task = _cell_task(ray, gpus_per_cell, cpus_per_cell)
@@ -225,11 +241,11 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
             ray.shutdown()
 
 
-def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
+def _start(ray: Any, address: str | None, head: tuple[str, int] | None, source: str = "--address") -> None:
     import logging
 
     if head is not None:
-        _reach(address, head)
+        _reach(address, head, source)
     local = address in (None, "local")
     temp_dir = local_temp_dir() if local else None
     try:
@@ -241,7 +257,7 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
         if ray.is_initialized():
             ray.shutdown()
         first = " ".join(str(exc).split())[:240] or type(exc).__name__
-        where = f"--address {address}" if address else "a local Ray"
+        where = _named(address, source) if address else "a local Ray"
         raise SweepError(f"{where}: Ray did not start ({first}): start the cluster (ray start --head) or check the "
                          "address; nothing was written") from None
 
@@ -279,7 +295,7 @@ def quiet_token_warning(address: str | None) -> None:
     the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
     the user set, and RECALL_DEBUG=1 shows the warning. Only before Ray's import (import_ray): a Ray already
     imported (a caller's, a test's) keeps the mode it read, and warns."""
-    if address is None and not os.environ.get("RECALL_DEBUG"):
+    if joined_address(address)[0] is None and not os.environ.get("RECALL_DEBUG"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
