@@ -111,6 +111,11 @@ def test_a_cell_whose_ray_worker_dies_resumes_from_its_last_checkpoint(tiny_mode
     (["--backend", "ray", "--gpus-per-cell", "nan"], "--gpus-per-cell must be a number >= 0, got nan"),
     (["--backend", "ray", "--gpus-per-cell", "1.5"], "above 1 it must be a whole number"),
     (["--backend", "ray", "--cpus-per-cell", "-1"], "--cpus-per-cell must be a number >= 0"),
+    # Issue 52: a share finer than Ray's unit (0.0001) was Ray's ValueError, exit 1, after sweep.json and logs/ were made.
+    (["--backend", "ray", "--cpus-per-cell", "0.00001"], "--cpus-per-cell 1e-05: Ray counts a share in steps of 0.0001, "
+                                                          "so this one would be none: give at least 0.0001"),
+    (["--backend", "ray", "--gpus-per-cell", "0.00009"], "--gpus-per-cell 9e-05: Ray counts a share in steps of 0.0001, "
+                                                          "so this one would be none: give at least 0.0001 (or 0 for no GPU)"),
 ])
 def test_ray_options_are_refused_in_one_line_before_anything_is_made(tiny_model_dir, tmp_path, args, message):
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
@@ -118,6 +123,44 @@ def test_ray_options_are_refused_in_one_line_before_anything_is_made(tiny_model_
     assert result.exit_code == 2 and message in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_share_ray_refuses_is_one_line_before_the_index_is_written(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 52: the cells' Ray options were made after sweep.json and logs/ were written, so a share Ray refused
+    (a rule check_resources does not know, as another Ray may have) was its ValueError, exit 1, and a half-made sweep.
+    A stand-in Ray that refuses every share: one line, nothing made, the Ray the sweep started shut down."""
+    from recall_cli.sweep import on_ray
+
+    said = []
+
+    class RefusingRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            said.append("init")
+
+        def shutdown(self):
+            said.append("shutdown")
+
+        def cluster_resources(self):
+            return {"CPU": 2.0}
+
+        def remote(self, function):
+            class Options:
+                def options(self, **kwargs):
+                    raise ValueError(f"num_cpus={kwargs['num_cpus']} is not a share this Ray\ntakes")
+            return Options()
+
+    monkeypatch.setattr(on_ray, "import_ray", lambda address=None: RefusingRay())
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--cpus-per-cell", "0.5"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: Ray refused the cells' shares (--cpus-per-cell 0.5, --gpus-per-cell 0): num_cpus=0.5 is not a share "
+        "this Ray takes; nothing was written"]
+    assert said == ["init", "shutdown"] and not (tmp_path / "out").exists()
 
 
 def test_without_ray_the_backend_names_the_extra(tiny_model_dir, tmp_path, monkeypatch):
@@ -175,6 +218,27 @@ def test_a_malformed_address_is_refused_before_anything_is_made(tiny_model_dir, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value", [" ", "http://head:6379", "head"])
+def test_a_malformed_ray_address_variable_is_refused_by_name(tiny_model_dir, tmp_path, monkeypatch, value):
+    """Ray's own RAY_ADDRESS, read by ray.init when no --address (or auto) is given, is checked as --address is, named
+    as the variable; and the sweep does not take it for a local Ray (it would have set a local Ray's token mode)."""
+    from recall_cli.sweep import on_ray
+
+    monkeypatch.setenv("RAY_ADDRESS", value)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    on_ray.quiet_token_warning(None)
+    assert "RAY_AUTH_MODE" not in os.environ
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    for given in ([], ["--address", "auto"]):
+        result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray", *given])
+        assert result.exit_code == 2 and result.stdout == "", result.output
+        assert result.stderr.strip().splitlines() == [
+            f"error: RAY_ADDRESS={value!r}: not an address of a Ray cluster: give auto (the cluster this machine's `ray "
+            "start` joined), HOST:PORT (the head's GCS port, 6379 by default) or ray://HOST:PORT (Ray Client, 10001), or "
+            "unset RAY_ADDRESS to start Ray on this machine"]
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("address, reason", [("127.0.0.1:1", "Connection refused"), ("ray://127.0.0.1:1", "Connection refused"),
                                              ("no-such-head.invalid:6379", "")])
 @pytest.mark.slow
@@ -195,6 +259,167 @@ def test_an_unreachable_cluster_is_one_line_in_bounded_time_and_nothing_is_made(
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: --address {address}: no Ray cluster answers there ({reason}")
     assert line.endswith("start it (ray start --head) or check the address; nothing was started or written")
+    assert not (tmp_path / "out").exists()
+
+
+class NotRay:
+    """A server on a free local port that is not Ray's: http.server (answers HTTP/1), or a plain TCP listener that takes
+    connections and never says a word. Ray's ray.init waited at either for ever, a C++ warning every 5 s."""
+
+    def __init__(self, kind: str):
+        import http.server
+        import socket
+        import threading
+
+        self.kind, self.held = kind, []
+        if kind == "http":
+            class Quiet(http.server.SimpleHTTPRequestHandler):
+                def log_message(self, *args):
+                    pass
+
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+            self.port = self.server.server_address[1]
+            threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        else:
+            self.server = socket.create_server(("127.0.0.1", 0))
+            self.port = self.server.getsockname()[1]
+            threading.Thread(target=self._hold, daemon=True).start()
+
+    def _hold(self):
+        try:
+            while True:
+                self.held.append(self.server.accept()[0])
+        except OSError:  # closed
+            pass
+
+    def close(self):
+        if self.kind == "http":
+            self.server.shutdown()
+            self.server.server_close()
+        else:
+            self.server.close()
+            for connection in self.held:
+                connection.close()
+
+
+@pytest.fixture(params=["http", "silent"])
+def not_ray(request):
+    server = NotRay(request.param)
+    yield server
+    server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme, given", [("", "--address"), ("ray://", "--address"), ("", "RAY_ADDRESS"),
+                                           ("ray://", "RAY_ADDRESS")])
+def test_a_port_that_takes_connections_but_is_not_ray_is_one_line_in_bounded_time(tiny_model_dir, tmp_path, not_ray,
+                                                                                    scheme, given, monkeypatch):
+    """Issue 52: a port that accepts TCP but is not a Ray GCS (or Ray Client server) passed the TCP check, and ray.init
+    waited there for ever (11 minutes until killed, a warning every 5 s). Now the first gRPC call Ray would make,
+    within RECALL_RAY_CONNECT_TIMEOUT seconds, decides: one line, exit 2, Ray never asked, nothing made. The same
+    for Ray's own RAY_ADDRESS (a Ray job sets it), which ray.init joins when no --address is given."""
+    ray = pytest.importorskip("ray")
+    limit = 2.0
+    monkeypatch.setenv("RECALL_RAY_CONNECT_TIMEOUT", f"{limit:g}")
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was asked to connect"))
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    address = f"{scheme}127.0.0.1:{not_ray.port}"
+    if given == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    started = time.monotonic()
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 *(["--address", address] if given == "--address" else [])])
+    seconds = time.monotonic() - started
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    (line,) = result.stderr.strip().splitlines()
+    what, fix = (("a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)") if scheme else
+                 ("a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"))
+    named = f"--address {address}" if given == "--address" else f"RAY_ADDRESS={address}"
+    if not_ray.kind == "http":  # it answers at once, in another protocol: no need to wait
+        assert line.startswith(f"error: {named}: the server there is not {what} (gRPC UNAVAILABLE: ")
+        assert "HTTP/2" in line and seconds < limit
+    else:
+        assert line.startswith(f"error: {named}: the port takes connections, but nothing there answered "
+                               f"as {what} within 2 s (RECALL_RAY_CONNECT_TIMEOUT sets the wait): ")
+        assert limit <= seconds < 3 * limit
+    assert line.endswith(f": {fix}, or start the cluster (ray start --head); nothing was started or written")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refusal, said", [
+    (None, "the server there is not a Ray cluster's GCS (gRPC UNIMPLEMENTED: Method not found!): give HEAD:6379 (the "
+           "head's GCS port), or start the cluster (ray start --head)"),
+    ("UNAUTHENTICATED", "the cluster refused this driver's token (gRPC UNAUTHENTICATED): set RAY_AUTH_MODE=token and give "
+                        "the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"),
+])
+def test_a_grpc_server_that_does_not_answer_as_ray_is_named(tiny_model_dir, tmp_path, monkeypatch, refusal, said):
+    """A gRPC server that is not the one the address names (a Ray Client port given as a GCS's: no such method), or a
+    cluster whose token this driver lacks (Ray's token authentication): each its own line, Ray never asked."""
+    ray = pytest.importorskip("ray")
+    import grpc
+    from concurrent import futures
+
+    class Answer(grpc.GenericRpcHandler):
+        def service(self, details):
+            if refusal is None:
+                return None  # gRPC answers UNIMPLEMENTED
+            return grpc.unary_unary_rpc_method_handler(
+                lambda request, context: context.abort(getattr(grpc.StatusCode, refusal), "no token"))
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), handlers=[Answer()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was asked to connect"))
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    try:
+        result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                     "--address", f"127.0.0.1:{port}"])
+    finally:
+        server.stop(grace=None)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --address 127.0.0.1:{port}: {said}; nothing was started or written"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_at_a_port_that_is_not_ray_exits_promptly_and_leaves_no_process(tiny_model_dir, tmp_path, not_ray):
+    """The same refusal as a user meets it, in a process of its own: it exits (no thread of Ray's keeps it up), its
+    stderr is recall's one line (no line of Ray's C++ or Python logging), and no process it started is left."""
+    pytest.importorskip("ray")
+    import uuid
+
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    mark = uuid.uuid4().hex  # every process the sweep starts inherits it
+    env = {**os.environ, "RECALL_RAY_CONNECT_TIMEOUT": "2", "RECALL_TEST_MARK": mark}
+    done = subprocess.run([sys.executable, "-m", "recall_cli", "sweep", str(recipe), "--out", str(tmp_path / "out"),
+                           "--backend", "ray", "--address", f"127.0.0.1:{not_ray.port}"], capture_output=True,
+                          text=True, env=env, timeout=180)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: --address 127.0.0.1:{not_ray.port}: ")
+    assert not (tmp_path / "out").exists()
+    left = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"RECALL_TEST_MARK={mark}".encode() in environ.read_bytes():
+                left.append(environ.parent.name)
+        except OSError:  # gone, or not ours to read
+            continue
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_a_wait_for_the_head_that_is_not_a_number_of_seconds_is_refused(tiny_model_dir, tmp_path, monkeypatch, value):
+    monkeypatch.setenv("RECALL_RAY_CONNECT_TIMEOUT", value)
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_recipe(tiny_model_dir, tmp_path / "unused"))
+    result = runner.invoke(app, ["sweep", str(recipe), "--out", str(tmp_path / "out"), "--backend", "ray",
+                                 "--address", "127.0.0.1:1"])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        f"error: RECALL_RAY_CONNECT_TIMEOUT={value!r}: give the seconds to wait for a Ray cluster's head, a number above "
+        "0 (unset: 10)"]
     assert not (tmp_path / "out").exists()
 
 

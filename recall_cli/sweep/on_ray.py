@@ -51,48 +51,140 @@ def import_ray(address: str | None = None) -> Any:
     return ray
 
 
+# Ray's unit of a fractional resource (ray._raylet.RESOURCE_UNIT_SCALING is 10,000): a positive share below it is a
+# ValueError from .options(), raised once the sweep's index is written were it not checked here.
+RESOURCE_STEP = 0.0001
+
+
 def check_resources(gpus_per_cell: float, cpus_per_cell: float) -> None:
+    """The cells' shares as Ray would take them, asked of nothing (no Ray started): SweepError for one it refuses."""
     for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
         if not math.isfinite(value) or value < 0:
             raise SweepError(f"{name} must be a number >= 0, got {value}")
     if cpus_per_cell == 0:  # Ray would start every cell at once, each child with one thread and no CPU of its own
         raise SweepError("--cpus-per-cell must be more than 0 (each cell's finetune uses at least one CPU), got 0")
+    for name, value in (("--gpus-per-cell", gpus_per_cell), ("--cpus-per-cell", cpus_per_cell)):
+        if 0 < value < RESOURCE_STEP:  # Ray counts in steps of 0.0001 and refuses a share that rounds to none
+            raise SweepError(f"{name} {value:g}: Ray counts a share in steps of {RESOURCE_STEP:g}, so this one would be "
+                             f"none: give at least {RESOURCE_STEP:g}" + (" (or 0 for no GPU)" if "gpus" in name else ""))
     if gpus_per_cell > 1 and gpus_per_cell != int(gpus_per_cell):
         raise SweepError(f"--gpus-per-cell {gpus_per_cell}: above 1 it must be a whole number of GPUs")
 
 
-# How long the driver tries to reach a cluster's head (a TCP connection) before it says it cannot: Ray's own
-# connection retries go on for minutes with a warning a second.
+# How long the driver waits for a cluster's head before it says it cannot, in seconds (RECALL_RAY_CONNECT_TIMEOUT sets
+# it): a TCP connection, then the first gRPC call Ray itself makes there. Ray's own retries went on for minutes, and
+# forever at a port that takes connections but is not Ray's, with a warning a second.
 CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_ENV = "RECALL_RAY_CONNECT_TIMEOUT"
 _ADDRESS_FIX = ("give auto (the cluster this machine's `ray start` joined), HOST:PORT (the head's GCS port, 6379 by "
                 "default) or ray://HOST:PORT (Ray Client, 10001), or leave --address out to start Ray on this machine")
 
 
+def joined_address(address: str | None) -> tuple[str | None, str]:
+    """The address ray.init joins, and the name a message gives it: --address; or, with none or auto, Ray's own
+    RAY_ADDRESS, which ray.init reads then (a Ray job sets it); None: Ray is started on this machine."""
+    if address in (None, "auto") and os.environ.get("RAY_ADDRESS"):  # as ray.init reads it: any value but empty
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    return address, "--address"
+
+
+def _named(address: str, source: str, quoted: bool = False) -> str:
+    shown = repr(address) if quoted else address
+    return f"RAY_ADDRESS={shown}" if source == "RAY_ADDRESS" else f"--address {shown}"
+
+
 def check_address(address: str | None) -> tuple[str, int] | None:
-    """--address as written (nothing is asked of the network): (host, port) of a head to reach, None for auto or
-    no address. SweepError for an address Ray could not use (empty, no port, another scheme)."""
+    """The address joined (joined_address) as written, nothing asked of the network: (host, port) of a head to reach,
+    None for auto or none. SweepError for an address Ray could not use (empty, no port, another scheme)."""
     import re
 
+    address, source = joined_address(address)
     if address is None or address in ("auto", "local"):
         return None
     found = re.fullmatch(r"(?:ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})", address)
     if found is None or not 0 < int(found.group(2)) < 65536:
-        raise SweepError(f"--address {address!r}: not an address of a Ray cluster: {_ADDRESS_FIX}")
+        fix = _ADDRESS_FIX if source == "--address" else _ADDRESS_FIX.replace("leave --address out", "unset RAY_ADDRESS")
+        raise SweepError(f"{_named(address, source, quoted=True)}: not an address of a Ray cluster: {fix}")
     return found.group(1).strip("[]"), int(found.group(2))
 
 
-def _reach(address: str, head: tuple[str, int]) -> None:
-    """One TCP connection to the head, bounded by CONNECT_TIMEOUT_S: an unknown host or a head that does not answer
-    is one line (exit 2) before anything is made, not Ray's endless retries."""
+def connect_timeout() -> float:
+    """The seconds _reach waits for a head: $RECALL_RAY_CONNECT_TIMEOUT, else CONNECT_TIMEOUT_S."""
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SweepError(f"{CONNECT_TIMEOUT_ENV}={raw!r}: give the seconds to wait for a Ray cluster's head, a number "
+                         f"above 0 (unset: {CONNECT_TIMEOUT_S:g})")
+    return seconds
+
+
+def _reach(address: str, head: tuple[str, int], source: str = "--address") -> None:
+    """The head answers as Ray, within connect_timeout() seconds, or one line (exit 2) before anything is made: first
+    one TCP connection (an unknown host, a refused or silent port), then the call Ray's own client makes first (a
+    port that takes connections but speaks another protocol, or nothing: ray.init waited there forever)."""
     import socket
 
+    limit = connect_timeout()
+    deadline = time.monotonic() + limit
     try:
-        socket.create_connection(head, timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection(head, timeout=limit).close()
     except OSError as exc:  # socket.gaierror (unknown host), refused, timed out, unreachable
         reason = exc.strerror or str(exc) or type(exc).__name__
-        raise SweepError(f"--address {address}: no Ray cluster answers there ({reason}, tried for at most "
-                         f"{CONNECT_TIMEOUT_S:g} s): start it (ray start --head) or check the address; nothing was "
-                         "started or written") from None
+        raise SweepError(f"{_named(address, source)}: no Ray cluster answers there ({reason}, tried for at most "
+                         f"{limit:g} s): start it (ray start --head) or check the address; nothing was started or "
+                         "written") from None
+    _handshake(address, head, deadline - time.monotonic(), limit, source)
+
+
+def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float, source: str = "--address") -> None:
+    """One gRPC call with a deadline, made as Ray makes it (its channel: RAY_USE_TLS, the token when token
+    authentication is on): a GCS (HOST:PORT) is asked its cluster id, Ray's client's first question; Ray Client's
+    server (ray://) is pinged, as Ray Client does. Any answer but a reply is refused: Ray would not get further."""
+    import grpc
+
+    client = address.startswith("ray://")
+    if client:
+        from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType
+
+        method, request = "/ray.rpc.RayletDriver/ClusterInfo", ClusterInfoRequest(type=ClusterInfoType.PING)
+        what, fix = "a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)"
+    else:
+        from ray.core.generated.gcs_service_pb2 import GetClusterIdRequest
+
+        method, request = "/ray.rpc.NodeInfoGcsService/GetClusterId", GetClusterIdRequest()
+        what, fix = "a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"
+    host, port = head
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:  # another Ray's layout: a plain channel (no TLS, no token) still tells a GCS from another server
+        channel = grpc.insecure_channel(target)
+    else:
+        channel = init_grpc_channel(target)
+    try:
+        channel.unary_unary(method)(request.SerializeToString(), timeout=max(seconds, 0.01))
+        return
+    except grpc.RpcError as exc:
+        code, details = exc.code(), " ".join(str(exc.details() or "").split())
+    finally:
+        channel.close()
+    reason = details.rsplit(f":{port}: ", 1)[-1][:200]  # gRPC's last error, after "... ipv4:HOST:PORT: "
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        said = (f"the port takes connections, but nothing there answered as {what} within {limit:g} s "
+                f"({CONNECT_TIMEOUT_ENV} sets the wait)")
+    elif code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # Ray's token authentication
+        raise SweepError(f"{_named(address, source)}: the cluster refused this driver's token (gRPC {code.name}): "
+                         "set RAY_AUTH_MODE=token and give the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+                         "~/.ray/auth_token); nothing was started or written")
+    else:
+        said = f"the server there is not {what} (gRPC {code.name}{': ' + reason if reason else ''})"
+    raise SweepError(f"{_named(address, source)}: {said}: {fix}, or start the cluster (ray start --head); nothing was "
+                     "started or written")
 
 
 # The longest socket path a local Ray makes under its temp dir: "/session_<date>_<time>_<usec>_<pid>/sockets/
@@ -126,6 +218,7 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
     logs/ is written: a refusal leaves nothing, and shuts down the Ray it started."""
     check_resources(gpus_per_cell, cpus_per_cell)
     head = check_address(address)
+    address, source = joined_address(address)  # ray.init would read RAY_ADDRESS itself; named here, it is checked
     ray = import_ray(address)
     if all(c.state == FINISHED for c in sweep.cells):
         if announce:
@@ -134,24 +227,25 @@ def run_sweep_ray(sweep: Sweep, address: str | None = None, gpus_per_cell: float
         return []
     started_here = not ray.is_initialized()
     if started_here:  # a caller's own ray.init() (library use) is left as it is
-        _start(ray, address, head)
+        _start(ray, address, head, source)
     try:
         _check_cluster_fits(ray, gpus_per_cell, cpus_per_cell)
+        task = _cell_task(ray, gpus_per_cell, cpus_per_cell)
         if announce:
             echo(announce)
         todo = begin(sweep, echo)
         (sweep.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
-        return _run_tasks(ray, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
+        return _run_tasks(ray, task, sweep, todo, gpus_per_cell, cpus_per_cell, echo)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
+def _start(ray: Any, address: str | None, head: tuple[str, int] | None, source: str = "--address") -> None:
     import logging
 
     if head is not None:
-        _reach(address, head)
+        _reach(address, head, source)
     local = address in (None, "local")
     temp_dir = local_temp_dir() if local else None
     try:
@@ -163,7 +257,7 @@ def _start(ray: Any, address: str | None, head: tuple[str, int] | None) -> None:
         if ray.is_initialized():
             ray.shutdown()
         first = " ".join(str(exc).split())[:240] or type(exc).__name__
-        where = f"--address {address}" if address else "a local Ray"
+        where = _named(address, source) if address else "a local Ray"
         raise SweepError(f"{where}: Ray did not start ({first}): start the cluster (ray start --head) or check the "
                          "address; nothing was written") from None
 
@@ -201,13 +295,22 @@ def quiet_token_warning(address: str | None) -> None:
     the token Ray makes, without the warning. A cluster's mode is the cluster's: left alone; so is a mode
     the user set, and RECALL_DEBUG=1 shows the warning. Only before Ray's import (import_ray): a Ray already
     imported (a caller's, a test's) keeps the mode it read, and warns."""
-    if address is None and not os.environ.get("RECALL_DEBUG"):
+    if joined_address(address)[0] is None and not os.environ.get("RECALL_DEBUG"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
-def _run_tasks(ray: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,
+def _cell_task(ray: Any, gpus: float, cpus: float) -> Any:
+    """run_cell as a Ray task with the cells' shares, made before sweep.json is written: Ray checks the options here,
+    and one it refuses (check_resources knows its rules, another Ray may have more) is one line with nothing made."""
+    try:
+        return ray.remote(run_cell).options(num_cpus=cpus, num_gpus=gpus, max_retries=RETRIES, retry_exceptions=False)
+    except (ValueError, TypeError) as exc:
+        raise SweepError(f"Ray refused the cells' shares (--cpus-per-cell {cpus:g}, --gpus-per-cell {gpus:g}): "
+                         f"{' '.join(str(exc).split())[:240]}; nothing was written") from None
+
+
+def _run_tasks(ray: Any, task: Any, sweep: Sweep, todo: list[Cell], gpus: float, cpus: float,
                echo: Callable[[str], None]) -> list[Cell]:
-    task = ray.remote(run_cell).options(num_cpus=cpus, num_gpus=gpus, max_retries=RETRIES, retry_exceptions=False)
     program = ["python", "-m", "recall_cli"]  # the worker's own interpreter, found by run_cell
     cwd = os.getcwd()
     threads = str(max(1, int(cpus)))
