@@ -148,16 +148,19 @@ def _handshake(address: str, head: tuple[str, int], seconds: float, limit: float
     import grpc
 
     client = address.startswith("ray://")
-    if client:
-        from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType
+    try:  # Ray's generated messages: internal to Ray, so a Ray that moved them is asked without this check
+        if client:
+            from ray.core.generated.ray_client_pb2 import ClusterInfoRequest, ClusterInfoType
 
-        method, request = "/ray.rpc.RayletDriver/ClusterInfo", ClusterInfoRequest(type=ClusterInfoType.PING)
-        what, fix = "a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)"
-    else:
-        from ray.core.generated.gcs_service_pb2 import GetClusterIdRequest
+            method, request = "/ray.rpc.RayletDriver/ClusterInfo", ClusterInfoRequest(type=ClusterInfoType.PING)
+            what, fix = "a Ray Client server", "give ray://HEAD:10001 (the head's Ray Client port)"
+        else:
+            from ray.core.generated.gcs_service_pb2 import GetClusterIdRequest
 
-        method, request = "/ray.rpc.NodeInfoGcsService/GetClusterId", GetClusterIdRequest()
-        what, fix = "a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"
+            method, request = "/ray.rpc.NodeInfoGcsService/GetClusterId", GetClusterIdRequest()
+            what, fix = "a Ray cluster's GCS", "give HEAD:6379 (the head's GCS port)"
+    except ImportError:
+        return
     host, port = head
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
