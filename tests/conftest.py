@@ -104,7 +104,7 @@ def minilm_path() -> str:
 # (~85 ms here); the suite invokes the one app hundreds of times. The command is kept per app object and rebuilt
 # only when the app gains a command or a group, so what a test invokes is what a fresh build would be.
 _built_commands: dict[int, tuple] = {}
-_build_command = typer.testing._get_command
+_build_command = getattr(typer.testing, "_get_command", None)  # typer's own name for it; another typer: left as it is
 
 
 def _command_once(app):
@@ -115,7 +115,8 @@ def _command_once(app):
     return kept[2]
 
 
-typer.testing._get_command = _command_once
+if _build_command is not None:
+    typer.testing._get_command = _command_once
 
 
 # ---- the inner loop trains nothing in set-up ----------------------------------------------------------
